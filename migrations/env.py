@@ -1,0 +1,49 @@
+"""Alembic environment for zerda_store.
+
+``zerda-store db ...`` and the library pass an open connection (already inside the locked
+migration transaction) through ``config.attributes["connection"]``. Run as plain
+``alembic``, the URL comes from ``-x url=...`` or ``ZERDA_STORE_DATABASE_URL``.
+"""
+
+from __future__ import annotations
+
+from logging.config import fileConfig
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from zerda_store import migrate
+from zerda_store.engine import Store
+from zerda_store.schema import metadata
+
+config = context.config
+
+
+def run_migrations(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_server_default=connection.dialect.name == "postgresql",
+        transaction_per_migration=False,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_from_command_line() -> None:
+    if config.config_file_name is not None:
+        fileConfig(config.config_file_name, disable_existing_loggers=False)
+    url = context.get_x_argument(as_dictionary=True).get("url")
+    with Store(url) as store, migrate.locked_connection(store) as connection:
+        run_migrations(connection)
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (--sql) mode is not supported: run against a database")
+
+connection = config.attributes.get("connection")
+if connection is not None:
+    run_migrations(connection)
+else:
+    run_from_command_line()

@@ -1,0 +1,29 @@
+"""zerda_store: a persistent, SQL-backed ConversationEntityMemory (SQLite or Postgres)."""
+
+from __future__ import annotations
+
+from .engine import DatabaseUnavailableError, SchemaNotCurrentError, Store, StoreError
+from .extraction import (
+    ExtractedEntity,
+    ExtractionResult,
+    ExtractionService,
+    Extractor,
+    LLMExtractor,
+    StanzaExtractor,
+)
+from .memory import ConversationEntityMemory, Entity
+
+__all__ = [
+    "ConversationEntityMemory",
+    "DatabaseUnavailableError",
+    "Entity",
+    "ExtractedEntity",
+    "ExtractionResult",
+    "ExtractionService",
+    "Extractor",
+    "LLMExtractor",
+    "SchemaNotCurrentError",
+    "StanzaExtractor",
+    "Store",
+    "StoreError",
+]

@@ -1,0 +1,183 @@
+"""Database URLs, engines with the right connection settings, and the shared :class:`Store`.
+
+SQLite gets WAL, durable commits, a busy timeout, foreign keys, and write transactions that
+begin IMMEDIATE (a deferred read-then-write transaction cannot wait for a concurrent writer
+and fails with "database is locked"). Postgres goes through psycopg 3 with pre-ping and a
+connect timeout, so a dead server fails in seconds instead of hanging.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DATABASE_URL = "sqlite:///zerda_store.db"
+DATABASE_URL_ENV = "ZERDA_STORE_DATABASE_URL"
+CONNECT_TIMEOUT_SECONDS = 5
+SQLITE_BUSY_TIMEOUT_MS = 5000
+WRITE_ATTEMPTS = 4
+
+Durability = Literal["full", "normal"]
+T = TypeVar("T")
+
+# Postgres SQLSTATEs after which the whole transaction was rolled back and may be run again.
+_RETRYABLE_SQLSTATES = {"40P01", "40001"}
+
+
+class StoreError(Exception):
+    """Base class of the errors zerda_store raises about its database."""
+
+
+class DatabaseUnavailableError(StoreError):
+    """The database cannot be reached or opened."""
+
+
+class SchemaNotCurrentError(StoreError):
+    """The database schema is not at the revision this version of zerda_store needs."""
+
+
+def resolve_url(database_url: str | URL | None = None) -> URL:
+    """The URL to use: the argument, else ``ZERDA_STORE_DATABASE_URL``, else the SQLite file.
+
+    ``postgresql://`` and ``postgres://`` URLs are mapped to the psycopg 3 driver.
+    """
+    raw = database_url or os.environ.get(DATABASE_URL_ENV) or DEFAULT_DATABASE_URL
+    if isinstance(raw, str) and raw.startswith("postgres://"):
+        raw = "postgresql://" + raw[len("postgres://") :]
+    try:
+        url = make_url(raw)
+    except ArgumentError:
+        raise StoreError(
+            "could not parse the database URL; expected e.g. sqlite:///file.db "
+            "or postgresql://user@host/dbname"
+        ) from None
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def safe_url(url: URL) -> str:
+    """The URL as text with any password masked, for messages and logs."""
+    return url.render_as_string(hide_password=True)
+
+
+def create_store_engine(url: URL, *, durability: Durability = "full") -> Engine:
+    """An engine configured for zerda_store's transactions on SQLite or Postgres."""
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, durability)
+    connect_args: dict[str, Any] = {}
+    if url.get_backend_name() == "postgresql":
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+    return sa.create_engine(url, pool_pre_ping=True, pool_recycle=1800, connect_args=connect_args)
+
+
+def _sqlite_engine(url: URL, durability: Durability) -> Engine:
+    synchronous = {"full": "FULL", "normal": "NORMAL"}[durability]
+    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the driver, decide when transactions begin.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        if url.database not in (None, "", ":memory:"):
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def _is_retryable(exc: DBAPIError) -> bool:
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return sqlstate in _RETRYABLE_SQLSTATES or exc.connection_invalidated
+
+
+class Store:
+    """One engine (one connection pool) that many memories can share.
+
+    Use it as a context manager or call :meth:`close`; closing never deletes data.
+    """
+
+    def __init__(self, database_url: str | URL | None = None, *, durability: Durability = "full"):
+        self.url = resolve_url(database_url)
+        self.engine = create_store_engine(self.url, durability=durability)
+        self.dialect = self.engine.dialect.name
+        self.schema_checked = False
+        self.schema_lock = threading.Lock()
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"Store({safe_url(self.url)!r})"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.engine.dispose()
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        """A connection, with connection failures reported as :class:`DatabaseUnavailableError`."""
+        try:
+            connection = self.engine.connect()
+        except DBAPIError as exc:
+            raise self.unavailable(exc) from None
+        with connection:
+            yield connection
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection in a read transaction (one snapshot), rolled back at the end."""
+        with self.connect() as connection, connection.begin():
+            yield connection
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A connection in a write transaction, committed if the block returns normally."""
+        with self.connect() as connection:
+            connection.execution_options(sqlite_begin="IMMEDIATE")
+            with connection.begin():
+                yield connection
+
+    def run_write(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` in one write transaction, again from scratch after a deadlock,
+        a serialization failure or a connection lost before the commit."""
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                with self.write() as connection:
+                    return work(connection)
+            except DBAPIError as exc:
+                if attempt == WRITE_ATTEMPTS or not _is_retryable(exc):
+                    raise
+                logger.warning("retrying a write transaction after %s", type(exc.orig).__name__)
+        raise AssertionError("unreachable")
+
+    def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
+        detail = str(getattr(exc, "orig", exc)).strip().splitlines()
+        reason = detail[0] if detail else type(exc).__name__
+        if self.url.password:
+            reason = reason.replace(str(self.url.password), "***")
+        return DatabaseUnavailableError(f"cannot connect to {safe_url(self.url)}: {reason}")

@@ -1,0 +1,209 @@
+"""Entity extraction: the LLM path, the stanza path, and the service that runs either.
+
+This module knows nothing about storage. An extractor returns names (and types where it
+knows them) or raises; :class:`ExtractionService` turns every failure into a logged,
+counted result so that a chat turn is never lost to an extraction error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from .names import is_acceptable_name
+
+logger = logging.getLogger(__name__)
+
+UNKNOWN_TYPE = "unknown"
+
+# The original class's default prompt, verbatim (indentation included): users who tuned an
+# LLM against it get the same prompt here.
+DEFAULT_EXTRACTION_PROMPT = (
+    "استخرج الكيانات المهمة من النص التالي.\n"
+    "                الكيانات يمكن أن تكون: أسماء أشخاص، أماكن، منظمات، منتجات، أو مفاهيم مهمة.\n"
+    "                النص:\n"
+    "                {text}\n"
+    "                الكيانات (قائمة مفصولة بفواصل فقط، بدون شرح):\n"
+    "                extract the important entities from the above text.\n"
+    "                the entities can be: names of people, places, organizations, products, or topics.\n"
+    "                the text {text} the entitites (a list without explainer text)\n"
+    "\n"
+    "                "
+)
+
+Status = Literal["ok", "failed", "skipped"]
+
+
+@dataclass(frozen=True)
+class ExtractedEntity:
+    """One entity mention: the name as extracted and its type ("unknown" if not known)."""
+
+    name: str
+    entity_type: str = UNKNOWN_TYPE
+
+
+@dataclass(frozen=True)
+class ExtractionResult:
+    """How one extraction went; ``entities`` is empty unless ``status == "ok"``."""
+
+    entities: tuple[ExtractedEntity, ...]
+    extractor: str
+    status: Status
+    error: str | None = None
+    latency: float = 0.0
+
+    @property
+    def names(self) -> list[str]:
+        return [entity.name for entity in self.entities]
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    """Anything that finds entities in text. It may raise; the service catches."""
+
+    name: str
+
+    def extract(self, text: str) -> Sequence[ExtractedEntity | str | tuple[str, str]]: ...
+
+
+class LLMExtractor:
+    """The original's LLM path: format the prompt, ask for 100 tokens, split on commas."""
+
+    name = "llm"
+
+    def __init__(self, llm: Any, prompt: str = DEFAULT_EXTRACTION_PROMPT) -> None:
+        self.llm = llm
+        self.prompt = prompt
+
+    def extract(self, text: str) -> list[ExtractedEntity]:
+        response = self.llm.generate(self.prompt.format(text=text), max_tokens=100)
+        if not isinstance(response, str):
+            raise TypeError(f"llm.generate returned {type(response).__name__}, expected str")
+        fragments = (part.strip() for part in response.split(","))
+        return [ExtractedEntity(part) for part in fragments if len(part) > 2]
+
+
+class StanzaExtractor:
+    """stanza NER, built lazily once under a lock; offline unless ``download=True``.
+
+    ``stanza_dir`` (or ``STANZA_RESOURCES_DIR``) points at a resources folder. With
+    ``download=False`` stanza is told never to fetch anything, so a missing model is a
+    fast ``FileNotFoundError`` instead of a network wait.
+    """
+
+    name = "stanza"
+
+    def __init__(
+        self, lang: str = "en", *, stanza_dir: str | None = None, download: bool = False
+    ) -> None:
+        self.lang = lang
+        self.stanza_dir = stanza_dir
+        self.download = download
+        self._pipeline: Any = None
+        self._lock = threading.Lock()
+
+    def pipeline_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"lang": self.lang, "processors": "tokenize,ner"}
+        if not self.download:
+            options["download_method"] = None
+        if self.stanza_dir:
+            options["dir"] = self.stanza_dir
+        return options
+
+    def _build(self) -> Any:
+        import stanza  # optional dependency: only the stanza path needs it
+
+        try:
+            return stanza.Pipeline(**self.pipeline_options())
+        except (FileNotFoundError, ValueError) as exc:
+            raise ModelNotAvailableError(
+                f"stanza model for lang={self.lang!r} is not available ({exc}); "
+                f"install it with `zerda-store models download {self.lang}` "
+                "or pass stanza_dir= to a resources folder"
+            ) from exc
+
+    def extract(self, text: str) -> list[ExtractedEntity]:
+        with self._lock:
+            if self._pipeline is None:
+                self._pipeline = self._build()
+            doc = self._pipeline(text)
+        found = []
+        for ent in doc.ents:
+            name = ent.text.strip()
+            if name.isalpha() or len(name) > 3:
+                found.append(ExtractedEntity(name, getattr(ent, "type", None) or UNKNOWN_TYPE))
+        return found
+
+
+class ModelNotAvailableError(RuntimeError):
+    """The stanza model for the requested language is not installed."""
+
+
+def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[ExtractedEntity]:
+    entities = []
+    for item in items:
+        if isinstance(item, ExtractedEntity):
+            entities.append(item)
+        elif isinstance(item, str):
+            entities.append(ExtractedEntity(item))
+        else:
+            name, entity_type = item
+            entities.append(ExtractedEntity(name, entity_type or UNKNOWN_TYPE))
+    return entities
+
+
+class ExtractionService:
+    """Runs an extractor; never raises. Counts failures and drops names that cannot be stored."""
+
+    def __init__(self, extractor: Extractor | None = None) -> None:
+        self.extractor = extractor
+        self.error_count = 0
+        self.last_error: str | None = None
+        self._logged_errors: set[str] = set()
+        self._lock = threading.Lock()
+
+    def extract(self, text: str, extractor: Extractor | None = None) -> ExtractionResult:
+        """Entities in ``text`` by ``extractor`` (else the service's own); blank text is
+        skipped without calling any model."""
+        extractor = extractor or self.extractor
+        if extractor is None:
+            raise ValueError("no extractor given")
+        extractor_name = getattr(extractor, "name", type(extractor).__name__)
+        if not text.strip():
+            return ExtractionResult((), extractor_name, "skipped")
+        started = time.perf_counter()
+        try:
+            entities = _coerce(extractor.extract(text))
+        except Exception as exc:  # extraction must never break a chat turn
+            error = f"{type(exc).__name__}: {exc}"
+            self._record_failure(error)
+            return ExtractionResult(
+                (), extractor_name, "failed", error, time.perf_counter() - started
+            )
+        kept = tuple(entity for entity in entities if self._acceptable(entity))
+        return ExtractionResult(kept, extractor_name, "ok", None, time.perf_counter() - started)
+
+    def _record_failure(self, error: str) -> None:
+        with self._lock:
+            self.error_count += 1
+            self.last_error = error
+            first_time = error not in self._logged_errors
+            self._logged_errors.add(error)
+        if first_time:
+            logger.error("Error in extracting entities: %s", error)
+        else:
+            logger.debug("Error in extracting entities (again): %s", error)
+
+    @staticmethod
+    def _acceptable(entity: ExtractedEntity) -> bool:
+        if is_acceptable_name(entity.name):
+            return True
+        logger.warning(
+            "skipped an entity name of %d characters: too long or holds control characters",
+            len(entity.name),
+        )
+        return False

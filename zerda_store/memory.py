@@ -1,0 +1,374 @@
+"""The persistent ConversationEntityMemory: the original class API over SQL tables.
+
+Each call validates its input, runs extraction outside any transaction, then makes one
+repository call. No SQL lives here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any, overload
+
+from sqlalchemy.engine import URL
+
+from . import migrate
+from .engine import Store
+from .extraction import (
+    DEFAULT_EXTRACTION_PROMPT,
+    ExtractionResult,
+    ExtractionService,
+    Extractor,
+    LLMExtractor,
+    StanzaExtractor,
+)
+from .names import name_key, unique_by_key
+from .repository import EntityRecord, ForgetReceipt, Mention, NewTurn, Repository, TurnRecord
+
+RECALL_LIMIT = 3
+MAX_SESSION_ID_LENGTH = 255
+
+DEFAULT_TEMPLATES = {"ar": "معلومات سابقة عن {name}:"}
+ENGLISH_TEMPLATE = "Previous information about {name}:"
+
+
+def default_entity_info_template(lang: str) -> str:
+    """The header of one recalled entity's block for a language."""
+    return DEFAULT_TEMPLATES.get(lang, ENGLISH_TEMPLATE)
+
+
+def _checked_text(value: object, what: str) -> str:
+    """A value that can be stored as text on every backend, else TypeError/ValueError."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character, which cannot be stored")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid Unicode text (it holds a lone surrogate)") from None
+    return value
+
+
+def _mapping_text(mapping: object, key: str, argument: str) -> str:
+    if not isinstance(mapping, Mapping):
+        raise TypeError(
+            f"{argument} must be a mapping such as a dict, not {type(mapping).__name__}"
+        )
+    return _checked_text(mapping.get(key), f"{argument}[{key!r}]")
+
+
+def _checked_identifier(value: object, what: str) -> str:
+    text = _checked_text(value, what)
+    if not 1 <= len(text) <= MAX_SESSION_ID_LENGTH:
+        raise ValueError(f"{what} must be 1 to {MAX_SESSION_ID_LENGTH} characters long")
+    return text
+
+
+class Entity:
+    """A tracked entity. Its fields are a snapshot; ``contexts`` is read when asked for."""
+
+    def __init__(self, repository: Repository, record: EntityRecord) -> None:
+        self._repository = repository
+        self._id = record.id
+        self.name = record.name
+        self.entity_type = record.entity_type
+        self.first_seen = record.first_seen
+        self.last_seen = record.last_seen
+
+    def __repr__(self) -> str:
+        return f"Entity(name={self.name!r}, entity_type={self.entity_type!r})"
+
+    @property
+    def contexts(self) -> list[str]:
+        """Every snippet of the entity, oldest first."""
+        return self._repository.recent_contexts(self._id, None)
+
+    def add_context(self, context: str) -> None:
+        """Store a snippet for this entity; it counts as the most recent one."""
+        text = _checked_text(context, "context")
+        self.last_seen = self._repository.add_context(self._id, text, time.time())
+
+    def get_recent_contexts(self, limit: int | None = 3) -> list[str]:
+        """The last ``limit`` snippets, oldest first; ``None`` gives all of them."""
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 (or None for all), got {limit}")
+        return self._repository.recent_contexts(self._id, limit)
+
+
+class EntityStoreView(Mapping[str, Entity]):
+    """A read-only mapping of the session's entities, read from the database on demand."""
+
+    def __init__(self, memory: ConversationEntityMemory) -> None:
+        self._memory = memory
+
+    def __getitem__(self, name: str) -> Entity:
+        record = self._memory._find(name)
+        if record is None:
+            raise KeyError(name)
+        return Entity(self._memory._repository, record)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._memory._find(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        memory = self._memory
+        return (record.name for record in memory._repository.iter_entities(memory.session_id))
+
+    def __len__(self) -> int:
+        return self._memory._repository.count_entities(self._memory.session_id)
+
+
+def _turn_dict(turn: TurnRecord) -> dict[str, Any]:
+    return {"input": turn.input_text, "output": turn.output_text, "entities": turn.entity_names}
+
+
+class ChatMemoryView(Sequence[dict[str, Any]]):
+    """A read-only sequence of the session's turns as ``{"input", "output", "entities"}``."""
+
+    def __init__(self, memory: ConversationEntityMemory) -> None:
+        self._memory = memory
+
+    def __len__(self) -> int:
+        return self._memory._repository.count_turns(self._memory.session_id)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        repository, session_id = self._memory._repository, self._memory.session_id
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            count = max(0, stop - start)
+            return [_turn_dict(t) for t in repository.turns_page(session_id, start, count)]
+        position = index + len(self) if index < 0 else index
+        page = repository.turns_page(session_id, position, 1) if position >= 0 else []
+        if not page:
+            raise IndexError("chat_memory index out of range")
+        return _turn_dict(page[0])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        memory = self._memory
+        return (_turn_dict(t) for t in memory._repository.iter_turns(memory.session_id))
+
+
+class ConversationEntityMemory:
+    """Entity memory for a chat assistant, kept in SQLite or Postgres.
+
+    The original's constructor arguments come first, in the same order; the keyword-only
+    ones choose the database (``database_url`` or a shared ``store``), the conversation
+    (``session_id``) and the deliberate differences from the original.
+    """
+
+    def __init__(
+        self,
+        llm: Any = None,
+        memory_key: str = "entity_info",
+        input_key: str = "input",
+        output_key: str = "output",
+        lang: str = "en",
+        entity_extraction_prompt: str | None = None,
+        *,
+        database_url: str | URL | None = None,
+        session_id: str = "default",
+        store: Store | None = None,
+        normalize_names: bool = True,
+        entity_info_template: str | None = None,
+        extractor: Extractor | None = None,
+        auto_migrate: bool | None = None,
+    ) -> None:
+        if store is not None and database_url is not None:
+            raise ValueError("pass either database_url or store, not both")
+        self.session_id = _checked_identifier(session_id, "session_id")
+        self.llm = llm
+        self.memory_key = memory_key
+        self.input_key = input_key
+        self.output_key = output_key
+        self.lang = lang
+        self.entity_extraction_prompt = entity_extraction_prompt or DEFAULT_EXTRACTION_PROMPT
+        self.normalize_names = normalize_names
+        self.entity_info_template = entity_info_template or default_entity_info_template(lang)
+        self._extractor = extractor
+        self._stanza: StanzaExtractor | None = None
+        self._extraction = ExtractionService(extractor)
+        self._owns_store = store is None
+        self.store = store if store is not None else Store(database_url)
+        try:
+            migrate.ensure_schema(self.store, auto_migrate)
+        except BaseException:
+            if self._owns_store:
+                self.store.close()
+            raise
+        self._repository = Repository(self.store)
+        self.entity_store: Mapping[str, Entity] = EntityStoreView(self)
+        self.chat_memory: Sequence[dict[str, Any]] = ChatMemoryView(self)
+
+    def __repr__(self) -> str:
+        return f"ConversationEntityMemory(session_id={self.session_id!r}, store={self.store!r})"
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the database connections (of a store this memory opened). Data stays."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> ConversationEntityMemory:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> ConversationEntityMemory:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.close()
+
+    # -- extraction -----------------------------------------------------------------------
+
+    def _current_extractor(self) -> Extractor:
+        if self._extractor is not None:
+            return self._extractor
+        if self.llm:
+            return LLMExtractor(self.llm, self.entity_extraction_prompt)
+        if self._stanza is None or self._stanza.lang != self.lang:
+            self._stanza = StanzaExtractor(self.lang)
+        return self._stanza
+
+    def _extract(self, text: str) -> ExtractionResult:
+        return self._extraction.extract(text, self._current_extractor())
+
+    def _extract_entities(self, text: str) -> list[str]:
+        """Entity names in ``text``, as the original returned them; never raises."""
+        return self._extract(text).names
+
+    def _mentions(self, result: ExtractionResult) -> list[Mention]:
+        kinds: dict[str, str] = {}
+        for entity in result.entities:
+            key = name_key(entity.name, normalize=self.normalize_names)
+            if kinds.get(key, "unknown") == "unknown":
+                kinds[key] = entity.entity_type
+        return [
+            Mention(name, key, kinds[key])
+            for name, key in unique_by_key(result.names, normalize=self.normalize_names)
+        ]
+
+    # -- the original API ---------------------------------------------------------------
+
+    def _turn(self, inputs: object, outputs: object, idempotency_key: str | None) -> NewTurn:
+        input_text = _mapping_text(inputs, self.input_key, "inputs")
+        output_text = _mapping_text(outputs, self.output_key, "outputs")
+        mentions = self._mentions(self._extract(f"{input_text} {output_text}"))
+        return NewTurn(input_text, output_text, mentions, time.time(), idempotency_key)
+
+    def save_context(
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Extract the turn's entities and store the turn with one snippet per entity.
+
+        With ``idempotency_key``, a second call with the same key in this session does nothing.
+        """
+        if idempotency_key is not None:
+            idempotency_key = _checked_identifier(idempotency_key, "idempotency_key")
+            _mapping_text(inputs, self.input_key, "inputs")
+            _mapping_text(outputs, self.output_key, "outputs")
+            if self._repository.has_turn(self.session_id, idempotency_key):
+                return
+        self._repository.save_turn(self.session_id, self._turn(inputs, outputs, idempotency_key))
+
+    def save_contexts(self, pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> int:
+        """Store many turns in one transaction, as a ``save_context`` loop would; returns
+        how many. Nothing is stored if any pair is refused."""
+        new_turns = [self._turn(inputs, outputs, None) for inputs, outputs in pairs]
+        return len(self._repository.save_turns(self.session_id, new_turns))
+
+    def load_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The recent snippets of every known entity the input mentions, as one string."""
+        input_text = _mapping_text(inputs, self.input_key, "inputs")
+        mentions = self._mentions(self._extract(input_text))
+        recalled = self._repository.recall(
+            self.session_id, [mention.key for mention in mentions], RECALL_LIMIT
+        )
+        blocks = [
+            self.entity_info_template.format(name=entity.name) + "\n" + "\n".join(snippets)
+            for entity, snippets in recalled
+            if snippets
+        ]
+        return {self.memory_key: "\n\n".join(blocks)}
+
+    def clear(self) -> None:
+        """Delete this session's turns, entities and snippets (other sessions are untouched)."""
+        self._repository.clear(self.session_id)
+
+    def get_memory_stats(self) -> dict[str, Any]:
+        stats = self._repository.stats(self.session_id)
+        return {
+            "type": "ConversationEntityMemory",
+            "entity_count": stats.entity_count,
+            "message_count": stats.message_count,
+            "total_contexts": stats.total_contexts,
+            "extraction_errors": self._extraction.error_count,
+            "last_extraction_error": self._extraction.last_error,
+        }
+
+    def _find(self, name: str) -> EntityRecord | None:
+        key = name_key(name, normalize=self.normalize_names)
+        return self._repository.find_entity(self.session_id, key)
+
+    def get_entity_info(self, entity_name: str) -> dict[str, Any] | None:
+        """What is known about one entity, or None if it is not tracked."""
+        key = name_key(entity_name, normalize=self.normalize_names)
+        details = self._repository.entity_details(self.session_id, key, RECALL_LIMIT)
+        if details is None:
+            return None
+        entity, count, recent = details
+        return {
+            "name": entity.name,
+            "type": entity.entity_type,
+            "contexts_count": count,
+            "first_seen": entity.first_seen,
+            "last_seen": entity.last_seen,
+            "recent_contexts": recent,
+        }
+
+    def list_entities(self) -> list[str]:
+        """Display names of the session's entities in first-seen order."""
+        return list(self.entity_store)
+
+    def forget_entity(self, name: str, *, with_turns: bool = False) -> dict[str, Any]:
+        """Erase one entity and its snippets, and its name from the turns that mention it;
+        ``with_turns=True`` deletes those turns (and all their snippets) instead.
+
+        Returns the counts of what was deleted; ``entities`` is 0 if nothing matched.
+        """
+        key = name_key(_checked_text(name, "name"), normalize=self.normalize_names)
+        receipt = self._repository.forget_entity(
+            self.session_id, key, with_turns=with_turns, normalize=self.normalize_names
+        )
+        return asdict(receipt or ForgetReceipt())
+
+    async def asave_context(
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> None:
+        await asyncio.to_thread(self.save_context, inputs, outputs, idempotency_key=idempotency_key)
+
+    async def aload_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(self.load_memory_variables, inputs)

@@ -1,0 +1,51 @@
+"""Entity-name rules: which extracted names are kept, and the key that identifies an entity.
+
+Pure functions, no I/O. The key is what the database's unique constraint sees; the name
+as first seen is kept separately for display.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+MAX_NAME_LENGTH = 256
+
+# Arabic harakat, Quranic annotation marks, superscript alef, and tatweel.
+_ARABIC_MARKS = re.compile("[\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0640]")
+_ALEF_FORMS = str.maketrans(
+    {"\u0623": "\u0627", "\u0625": "\u0627", "\u0622": "\u0627", "\u0671": "\u0627"}
+)
+
+
+def is_acceptable_name(name: str) -> bool:
+    """True when a name can be stored: at most 256 code points and no control characters."""
+    if not name or len(name) > MAX_NAME_LENGTH:
+        return False
+    return not any(unicodedata.category(ch) == "Cc" for ch in name)
+
+
+def name_key(name: str, *, normalize: bool = True) -> str:
+    """The identity of an entity name.
+
+    With ``normalize`` the key is NFKC, casefolded, with whitespace collapsed; Arabic
+    diacritics and tatweel are dropped and the alef forms folded into one, so "Sarah",
+    "sarah " and "SARAH" (or "أحمد" and "احمد") are one entity. Without it the name is
+    its own key, as in the original in-memory class.
+    """
+    if not normalize:
+        return name
+    text = unicodedata.normalize("NFKC", name).casefold()
+    text = _ARABIC_MARKS.sub("", text).translate(_ALEF_FORMS)
+    return " ".join(text.split())
+
+
+def unique_by_key(names: Iterable[str], *, normalize: bool = True) -> list[tuple[str, str]]:
+    """``(name, key)`` pairs, one per key, in first-mention order."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = name_key(name, normalize=normalize)
+        if key and key not in seen:
+            seen[key] = name
+    return [(name, key) for key, name in seen.items()]

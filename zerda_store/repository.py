@@ -1,0 +1,489 @@
+"""All SQL of zerda_store. It speaks in plain values and small dataclasses.
+
+Statements are built once per repository and executed many times. Every write runs in one
+transaction through :meth:`Store.run_write`; entity upserts take their keys in sorted order
+so that two turns naming the same entities cannot deadlock each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from .engine import Store, StoreError
+from .names import name_key
+from .schema import contexts, entities, turns
+
+UNKNOWN_TYPE = "unknown"
+PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class Mention:
+    """An entity named in a turn: the name as extracted, its key and its type."""
+
+    name: str
+    key: str
+    entity_type: str = UNKNOWN_TYPE
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    input_text: str
+    output_text: str
+    mentions: Sequence[Mention]
+    created_at: float
+    idempotency_key: str | None = None
+
+    @property
+    def text(self) -> str:
+        return f"{self.input_text} {self.output_text}"
+
+
+@dataclass(frozen=True)
+class EntityRecord:
+    id: int
+    name: str
+    key: str
+    entity_type: str
+    first_seen: float
+    last_seen: float
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    id: int
+    input_text: str
+    output_text: str
+    entity_names: list[str]
+
+
+@dataclass(frozen=True)
+class SessionStats:
+    entity_count: int
+    message_count: int
+    total_contexts: int
+
+
+@dataclass(frozen=True)
+class ForgetReceipt:
+    """What :meth:`Repository.forget_entity` deleted."""
+
+    entity: str | None = None
+    entities: int = 0
+    contexts: int = 0
+    turns_deleted: int = 0
+    turns_updated: int = 0
+
+
+def _dialect_insert(dialect: str) -> Any:
+    if dialect == "postgresql":
+        return postgresql.insert
+    if dialect == "sqlite":
+        return sqlite.insert
+    raise StoreError(f"unsupported database {dialect!r}: zerda_store runs on SQLite and Postgres")
+
+
+def _entity(row: Any) -> EntityRecord:
+    return EntityRecord(
+        row.id, row.name, row.name_key, row.entity_type, row.first_seen, row.last_seen
+    )
+
+
+_NEWEST_FIRST = (contexts.c.turn_seq.desc(), contexts.c.id.desc())
+
+
+class Repository:
+    """The only place that talks to the tables."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        insert = _dialect_insert(store.dialect)
+
+        turn_insert = insert(turns)
+        self._insert_turn = turn_insert.on_conflict_do_nothing(
+            index_elements=[turns.c.session_id, turns.c.idempotency_key]
+        ).returning(turns.c.id)
+        self._insert_turns = turns.insert().returning(turns.c.id, sort_by_parameter_order=True)
+
+        upsert = insert(entities)
+        excluded = upsert.excluded
+        self._upsert_entities = upsert.on_conflict_do_update(
+            index_elements=[entities.c.session_id, entities.c.name_key],
+            set_={
+                "last_seen": sa.case(
+                    (excluded.last_seen > entities.c.last_seen, excluded.last_seen),
+                    else_=entities.c.last_seen,
+                ),
+                "entity_type": sa.case(
+                    (entities.c.entity_type == UNKNOWN_TYPE, excluded.entity_type),
+                    else_=entities.c.entity_type,
+                ),
+            },
+        ).returning(entities.c.id, entities.c.name_key)
+        self._insert_contexts = contexts.insert()
+
+        self._entity_columns = sa.select(
+            entities.c.id,
+            entities.c.name,
+            entities.c.name_key,
+            entities.c.entity_type,
+            entities.c.first_seen,
+            entities.c.last_seen,
+        )
+        self._recent_contexts = (
+            sa.select(contexts.c.text)
+            .where(contexts.c.entity_id == sa.bindparam("entity_id"))
+            .order_by(*_NEWEST_FIRST)
+            .limit(sa.bindparam("limit"))
+        )
+
+    # -- writes -------------------------------------------------------------------------
+
+    def save_turn(self, session_id: str, turn: NewTurn) -> int | None:
+        """Store one turn with its entities and snippets; None if its idempotency key was
+        already used in this session."""
+
+        def work(connection: Connection) -> int | None:
+            turn_id = connection.execute(
+                self._insert_turn, self._turn_row(session_id, turn)
+            ).scalar()
+            if turn_id is None:
+                return None
+            self._attach(connection, session_id, [(turn_id, turn)])
+            return int(turn_id)
+
+        return self.store.run_write(work)
+
+    def save_turns(self, session_id: str, new_turns: Sequence[NewTurn]) -> list[int]:
+        """Store many turns in one transaction, as a loop of :meth:`save_turn` would."""
+        if not new_turns:
+            return []
+
+        def work(connection: Connection) -> list[int]:
+            rows = [self._turn_row(session_id, turn) for turn in new_turns]
+            ids = [int(i) for i in connection.execute(self._insert_turns, rows).scalars()]
+            self._attach(connection, session_id, list(zip(ids, new_turns, strict=True)))
+            return ids
+
+        return self.store.run_write(work)
+
+    @staticmethod
+    def _turn_row(session_id: str, turn: NewTurn) -> dict[str, Any]:
+        return {
+            "session_id": session_id,
+            "input_text": turn.input_text,
+            "output_text": turn.output_text,
+            "entity_names": [mention.name for mention in turn.mentions],
+            "created_at": turn.created_at,
+            "idempotency_key": turn.idempotency_key,
+        }
+
+    def _attach(
+        self, connection: Connection, session_id: str, saved: list[tuple[int, NewTurn]]
+    ) -> None:
+        """Upsert the entities of saved turns (in key order) and add one snippet per mention."""
+        first: dict[str, dict[str, Any]] = {}
+        for turn_id, turn in saved:
+            for position, mention in enumerate(turn.mentions):
+                row = first.get(mention.key)
+                if row is None:
+                    first[mention.key] = {
+                        "session_id": session_id,
+                        "name_key": mention.key,
+                        "name": mention.name,
+                        "entity_type": mention.entity_type,
+                        "first_seen": turn.created_at,
+                        "last_seen": turn.created_at,
+                        "first_turn_id": turn_id,
+                        "first_position": position,
+                    }
+                    continue
+                row["last_seen"] = max(row["last_seen"], turn.created_at)
+                if row["entity_type"] == UNKNOWN_TYPE:
+                    row["entity_type"] = mention.entity_type
+        if not first:
+            return
+        rows = [first[key] for key in sorted(first)]
+        entity_ids = {
+            row.name_key: row.id for row in connection.execute(self._upsert_entities, rows)
+        }
+        snippets = [
+            {
+                "session_id": session_id,
+                "entity_id": entity_ids[mention.key],
+                "turn_id": turn_id,
+                "turn_seq": turn_id,
+                "text": turn.text,
+            }
+            for turn_id, turn in saved
+            for mention in turn.mentions
+        ]
+        connection.execute(self._insert_contexts, snippets)
+
+    def add_context(self, entity_id: int, text: str, at: float) -> float:
+        """Add a snippet that belongs to no turn; it counts as newer than every turn so far.
+        Returns the entity's ``last_seen`` afterwards."""
+
+        def work(connection: Connection) -> float:
+            entity = connection.execute(
+                sa.select(entities.c.session_id, entities.c.last_seen).where(
+                    entities.c.id == entity_id
+                )
+            ).one_or_none()
+            if entity is None:
+                raise LookupError("the entity no longer exists")
+            newest_turn = sa.select(sa.func.coalesce(sa.func.max(turns.c.id), 0)).scalar_subquery()
+            connection.execute(
+                contexts.insert().values(
+                    session_id=entity.session_id,
+                    entity_id=entity_id,
+                    turn_id=None,
+                    turn_seq=newest_turn,
+                    text=text,
+                )
+            )
+            last_seen = max(entity.last_seen, at)
+            connection.execute(
+                entities.update().where(entities.c.id == entity_id).values(last_seen=last_seen)
+            )
+            return float(last_seen)
+
+        return self.store.run_write(work)
+
+    def clear(self, session_id: str) -> None:
+        def work(connection: Connection) -> None:
+            for table in (contexts, entities, turns):
+                connection.execute(table.delete().where(table.c.session_id == session_id))
+
+        self.store.run_write(work)
+
+    def forget_entity(
+        self, session_id: str, key: str, *, with_turns: bool, normalize: bool
+    ) -> ForgetReceipt | None:
+        """Erase one entity and its snippets in one transaction, and its name from the
+        turns that mention it (or, ``with_turns``, those turns and all their snippets)."""
+
+        def work(connection: Connection) -> ForgetReceipt | None:
+            entity = self._find_entity(connection, session_id, key)
+            if entity is None:
+                return None
+            turn_ids = list(
+                connection.execute(
+                    sa.select(contexts.c.turn_id)
+                    .where(contexts.c.entity_id == entity.id, contexts.c.turn_id.is_not(None))
+                    .distinct()
+                ).scalars()
+            )
+            turns_deleted = turns_updated = contexts_deleted = 0
+            if with_turns and turn_ids:
+                contexts_deleted += self._delete(
+                    connection, contexts, contexts.c.turn_id.in_(turn_ids)
+                )
+                turns_deleted = self._delete(connection, turns, turns.c.id.in_(turn_ids))
+            else:
+                turns_updated = self._drop_name_from_turns(connection, turn_ids, key, normalize)
+            contexts_deleted += self._delete(
+                connection, contexts, contexts.c.entity_id == entity.id
+            )
+            self._delete(connection, entities, entities.c.id == entity.id)
+            return ForgetReceipt(entity.name, 1, contexts_deleted, turns_deleted, turns_updated)
+
+        return self.store.run_write(work)
+
+    @staticmethod
+    def _delete(connection: Connection, table: sa.Table, condition: Any) -> int:
+        return connection.execute(table.delete().where(condition)).rowcount
+
+    @staticmethod
+    def _drop_name_from_turns(
+        connection: Connection, turn_ids: list[int], key: str, normalize: bool
+    ) -> int:
+        if not turn_ids:
+            return 0
+        rows = connection.execute(
+            sa.select(turns.c.id, turns.c.entity_names).where(turns.c.id.in_(turn_ids))
+        ).all()
+        updates = [
+            {
+                "turn_id": row.id,
+                "names": [n for n in row.entity_names if name_key(n, normalize=normalize) != key],
+            }
+            for row in rows
+        ]
+        connection.execute(
+            turns.update()
+            .where(turns.c.id == sa.bindparam("turn_id"))
+            .values(entity_names=sa.bindparam("names")),
+            updates,
+        )
+        return len(updates)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def has_turn(self, session_id: str, idempotency_key: str) -> bool:
+        with self.store.read() as connection:
+            found = connection.execute(
+                sa.select(turns.c.id).where(
+                    turns.c.session_id == session_id, turns.c.idempotency_key == idempotency_key
+                )
+            ).first()
+        return found is not None
+
+    def _find_entity(
+        self, connection: Connection, session_id: str, key: str
+    ) -> EntityRecord | None:
+        row = connection.execute(
+            self._entity_columns.where(
+                entities.c.session_id == session_id, entities.c.name_key == key
+            )
+        ).one_or_none()
+        return _entity(row) if row is not None else None
+
+    def find_entity(self, session_id: str, key: str) -> EntityRecord | None:
+        with self.store.read() as connection:
+            return self._find_entity(connection, session_id, key)
+
+    def recall(
+        self, session_id: str, keys: Sequence[str], limit: int
+    ) -> list[tuple[EntityRecord, list[str]]]:
+        """The entities among ``keys`` that exist, in the order of ``keys``, each with its
+        last ``limit`` snippets (oldest first)."""
+        if not keys:
+            return []
+        with self.store.read() as connection:
+            rows = connection.execute(
+                self._entity_columns.where(
+                    entities.c.session_id == session_id, entities.c.name_key.in_(keys)
+                )
+            ).all()
+            found = {row.name_key: _entity(row) for row in rows}
+            return [
+                (found[key], self._recent(connection, found[key].id, limit))
+                for key in keys
+                if key in found
+            ]
+
+    def _recent(self, connection: Connection, entity_id: int, limit: int | None) -> list[str]:
+        if limit is None:
+            query = (
+                sa.select(contexts.c.text)
+                .where(contexts.c.entity_id == entity_id)
+                .order_by(contexts.c.turn_seq, contexts.c.id)
+            )
+            return list(connection.execute(query).scalars())
+        newest = connection.execute(
+            self._recent_contexts, {"entity_id": entity_id, "limit": limit}
+        ).scalars()
+        return list(newest)[::-1]
+
+    def recent_contexts(self, entity_id: int, limit: int | None) -> list[str]:
+        """The last ``limit`` snippets of an entity, oldest first (all of them for None)."""
+        with self.store.read() as connection:
+            return self._recent(connection, entity_id, limit)
+
+    def count_contexts(self, entity_id: int) -> int:
+        with self.store.read() as connection:
+            return int(
+                connection.execute(
+                    sa.select(sa.func.count()).where(contexts.c.entity_id == entity_id)
+                ).scalar_one()
+            )
+
+    def entity_details(
+        self, session_id: str, key: str, limit: int
+    ) -> tuple[EntityRecord, int, list[str]] | None:
+        """An entity, its snippet count and its last ``limit`` snippets, in one snapshot."""
+        with self.store.read() as connection:
+            entity = self._find_entity(connection, session_id, key)
+            if entity is None:
+                return None
+            count = connection.execute(
+                sa.select(sa.func.count()).where(contexts.c.entity_id == entity.id)
+            ).scalar_one()
+            return entity, int(count), self._recent(connection, entity.id, limit)
+
+    def iter_entities(self, session_id: str) -> Iterator[EntityRecord]:
+        """The session's entities in first-seen order, fetched a page at a time."""
+        order = (entities.c.first_turn_id, entities.c.first_position, entities.c.id)
+        after: tuple[int, int, int] | None = None
+        while True:
+            query = self._entity_columns.add_columns(*order[:2]).where(
+                entities.c.session_id == session_id
+            )
+            if after is not None:
+                query = query.where(sa.tuple_(*order) > sa.tuple_(*after))
+            with self.store.read() as connection:
+                rows = connection.execute(query.order_by(*order).limit(PAGE_SIZE)).all()
+            yield from (_entity(row) for row in rows)
+            if len(rows) < PAGE_SIZE:
+                return
+            last = rows[-1]
+            after = (last.first_turn_id, last.first_position, last.id)
+
+    def count_entities(self, session_id: str) -> int:
+        return self._count(entities, session_id)
+
+    def count_turns(self, session_id: str) -> int:
+        return self._count(turns, session_id)
+
+    def _count(self, table: sa.Table, session_id: str) -> int:
+        with self.store.read() as connection:
+            return int(
+                connection.execute(
+                    sa.select(sa.func.count())
+                    .select_from(table)
+                    .where(table.c.session_id == session_id)
+                ).scalar_one()
+            )
+
+    def stats(self, session_id: str) -> SessionStats:
+        def count(table: sa.Table) -> Any:
+            return (
+                sa.select(sa.func.count())
+                .select_from(table)
+                .where(table.c.session_id == session_id)
+                .scalar_subquery()
+            )
+
+        with self.store.read() as connection:
+            row = connection.execute(
+                sa.select(count(entities), count(turns), count(contexts))
+            ).one()
+        return SessionStats(int(row[0]), int(row[1]), int(row[2]))
+
+    def turns_page(self, session_id: str, offset: int, limit: int) -> list[TurnRecord]:
+        """Turns in saved order, ``limit`` of them from position ``offset``."""
+        query = (
+            sa.select(turns.c.id, turns.c.input_text, turns.c.output_text, turns.c.entity_names)
+            .where(turns.c.session_id == session_id)
+            .order_by(turns.c.id)
+            .offset(offset)
+            .limit(limit)
+        )
+        with self.store.read() as connection:
+            rows = connection.execute(query).all()
+        return [TurnRecord(r.id, r.input_text, r.output_text, list(r.entity_names)) for r in rows]
+
+    def iter_turns(self, session_id: str) -> Iterator[TurnRecord]:
+        after = 0
+        while True:
+            query = (
+                sa.select(turns.c.id, turns.c.input_text, turns.c.output_text, turns.c.entity_names)
+                .where(turns.c.session_id == session_id, turns.c.id > after)
+                .order_by(turns.c.id)
+                .limit(PAGE_SIZE)
+            )
+            with self.store.read() as connection:
+                rows = connection.execute(query).all()
+            yield from (
+                TurnRecord(r.id, r.input_text, r.output_text, list(r.entity_names)) for r in rows
+            )
+            if len(rows) < PAGE_SIZE:
+                return
+            after = rows[-1].id

@@ -1,0 +1,73 @@
+"""Table definitions (SQLAlchemy Core). Alembic revisions create them; nothing here runs DDL.
+
+Every table carries ``session_id`` and every unique constraint other than a primary key
+includes it, so the tables can later be distributed by session.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+# A 64-bit id on Postgres; on SQLite an INTEGER PRIMARY KEY is the rowid, which is 64-bit.
+Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+SESSION_ID_LENGTH = 255
+NAME_LENGTH = 256
+
+turns = sa.Table(
+    "turns",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
+    sa.Column("input_text", sa.Text(), nullable=False),
+    sa.Column("output_text", sa.Text(), nullable=False),
+    # The names as extracted in this turn, one per entity, in extraction order.
+    sa.Column("entity_names", sa.JSON(), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("idempotency_key", sa.String(255), nullable=True),
+    sa.UniqueConstraint("session_id", "idempotency_key"),
+    sa.Index(None, "session_id", "id"),
+)
+
+entities = sa.Table(
+    "entities",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
+    sa.Column("name_key", sa.Text(), nullable=False),
+    sa.Column("name", sa.String(NAME_LENGTH), nullable=False),
+    sa.Column("entity_type", sa.String(64), nullable=False),
+    sa.Column("first_seen", sa.Double(), nullable=False),
+    sa.Column("last_seen", sa.Double(), nullable=False),
+    # First-seen order: the turn that first named the entity, then its place in that turn.
+    sa.Column("first_turn_id", sa.BigInteger(), nullable=False),
+    sa.Column("first_position", sa.Integer(), nullable=False),
+    sa.UniqueConstraint("session_id", "name_key"),
+    sa.Index(None, "session_id", "first_turn_id", "first_position"),
+)
+
+contexts = sa.Table(
+    "contexts",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
+    sa.Column("entity_id", Id, sa.ForeignKey("entities.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("turn_id", Id, sa.ForeignKey("turns.id", ondelete="CASCADE"), nullable=True),
+    # Recency: the turn's sequence number (or, for a snippet added on its own, the newest
+    # turn's at that moment), then the snippet's id. Never wall-clock time.
+    sa.Column("turn_seq", sa.BigInteger(), nullable=False),
+    sa.Column("text", sa.Text(), nullable=False),
+    sa.Index(None, "entity_id", "turn_seq", "id"),
+    sa.Index(None, "session_id"),
+    sa.Index(None, "turn_id"),
+)
