@@ -71,6 +71,23 @@ class SessionStats:
 
 
 @dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    entity_count: int
+    message_count: int
+    last_activity: float | None
+
+
+@dataclass(frozen=True)
+class EntitySummary:
+    name: str
+    entity_type: str
+    contexts_count: int
+    first_seen: float
+    last_seen: float
+
+
+@dataclass(frozen=True)
 class ForgetReceipt:
     """What :meth:`Repository.forget_entity` deleted."""
 
@@ -487,3 +504,51 @@ class Repository:
             if len(rows) < PAGE_SIZE:
                 return
             after = rows[-1].id
+
+    def sessions(self) -> list[SessionSummary]:
+        """Every session that holds turns or entities, by session id."""
+        turn_counts = sa.select(
+            turns.c.session_id, sa.func.count(), sa.func.max(turns.c.created_at)
+        ).group_by(turns.c.session_id)
+        entity_counts = sa.select(
+            entities.c.session_id, sa.func.count(), sa.func.max(entities.c.last_seen)
+        ).group_by(entities.c.session_id)
+        with self.store.read() as connection:
+            by_turns = {row[0]: row for row in connection.execute(turn_counts)}
+            by_entities = {row[0]: row for row in connection.execute(entity_counts)}
+        summaries = []
+        for session_id in sorted(by_turns.keys() | by_entities.keys()):
+            turn_row, entity_row = by_turns.get(session_id), by_entities.get(session_id)
+            activity = [row[2] for row in (turn_row, entity_row) if row is not None]
+            summaries.append(
+                SessionSummary(
+                    session_id,
+                    entity_row[1] if entity_row else 0,
+                    turn_row[1] if turn_row else 0,
+                    max(activity) if activity else None,
+                )
+            )
+        return summaries
+
+    def entity_summaries(self, session_id: str) -> list[EntitySummary]:
+        """The session's entities with their snippet counts, in first-seen order."""
+        counts = (
+            sa.select(contexts.c.entity_id, sa.func.count().label("n"))
+            .where(contexts.c.session_id == session_id)
+            .group_by(contexts.c.entity_id)
+            .subquery()
+        )
+        query = (
+            sa.select(
+                entities.c.name,
+                entities.c.entity_type,
+                sa.func.coalesce(counts.c.n, 0),
+                entities.c.first_seen,
+                entities.c.last_seen,
+            )
+            .outerjoin(counts, counts.c.entity_id == entities.c.id)
+            .where(entities.c.session_id == session_id)
+            .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
+        )
+        with self.store.read() as connection:
+            return [EntitySummary(*row) for row in connection.execute(query)]

@@ -1,0 +1,109 @@
+"""Fixtures: one ``database_url`` parametrized over a SQLite file and a fresh Postgres
+database per test.
+
+Postgres comes from ``ZERDA_TEST_POSTGRES_URL`` (an admin URL; default: the local server as
+user postgres). Without a server the Postgres tests skip with the reason, unless
+``ZERDA_STORE_REQUIRE_POSTGRES=1`` (set by CI), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from zerda_store import ConversationEntityMemory, Store, migrate
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "ZERDA_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+REQUIRE_POSTGRES = os.environ.get("ZERDA_STORE_REQUIRE_POSTGRES") == "1"
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[sa.Engine]:
+    engine = sa.create_engine(
+        POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3}
+    )
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.OperationalError as exc:
+        reason = f"no Postgres server at {sa.make_url(POSTGRES_ADMIN_URL)!r}: {exc.orig}"
+        if REQUIRE_POSTGRES:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    yield engine
+    engine.dispose()
+
+
+def _new_postgres_database(admin: sa.Engine) -> tuple[str, Callable[[], None]]:
+    name = f"zerda_test_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    url = sa.make_url(POSTGRES_ADMIN_URL).set(database=name)
+    return url.render_as_string(hide_password=False), drop
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """A URL of a new, empty database (no tables) on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'memory.db'}"
+        return
+    admin = request.getfixturevalue("postgres_admin")
+    url, drop = _new_postgres_database(admin)
+    try:
+        yield url
+    finally:
+        drop()
+
+
+@pytest.fixture
+def database_url(empty_database_url: str) -> str:
+    """A URL of a new database already at the head revision, on each backend."""
+    with Store(empty_database_url) as store:
+        migrate.upgrade(store)
+    return empty_database_url
+
+
+@pytest.fixture
+def postgres_url(postgres_admin: sa.Engine) -> Iterator[str]:
+    """A new Postgres database at head, for tests that only make sense on Postgres."""
+    url, drop = _new_postgres_database(postgres_admin)
+    with Store(url) as store:
+        migrate.upgrade(store)
+    try:
+        yield url
+    finally:
+        drop()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Any) -> str:
+    return f"sqlite:///{tmp_path / 'memory.db'}"
+
+
+@pytest.fixture
+def make_memory(database_url: str) -> Iterator[Callable[..., ConversationEntityMemory]]:
+    """Build memories on the test's database; all are closed at the end of the test."""
+    opened: list[ConversationEntityMemory] = []
+
+    def make(*args: Any, **kwargs: Any) -> ConversationEntityMemory:
+        kwargs.setdefault("database_url", database_url)
+        memory = ConversationEntityMemory(*args, **kwargs)
+        opened.append(memory)
+        return memory
+
+    yield make
+    for memory in opened:
+        memory.close()
