@@ -25,7 +25,15 @@ from .extraction import (
     StanzaExtractor,
 )
 from .names import name_key, unique_by_key
-from .repository import EntityRecord, ForgetReceipt, Mention, NewTurn, Repository, TurnRecord
+from .repository import (
+    EntityRecord,
+    ForgetReceipt,
+    Mention,
+    NewTurn,
+    Outcome,
+    Repository,
+    TurnRecord,
+)
 
 RECALL_LIMIT = 3
 MAX_SESSION_ID_LENGTH = 255
@@ -121,6 +129,10 @@ class EntityStoreView(Mapping[str, Entity]):
 
     def __len__(self) -> int:
         return self._memory._repository.count_entities(self._memory.session_id)
+
+
+def _outcome(result: ExtractionResult) -> Outcome:
+    return Outcome(result.extractor, result.status, result.error, result.latency)
 
 
 def _turn_dict(turn: TurnRecord) -> dict[str, Any]:
@@ -268,8 +280,15 @@ class ConversationEntityMemory:
     def _turn(self, inputs: object, outputs: object, idempotency_key: str | None) -> NewTurn:
         input_text = _mapping_text(inputs, self.input_key, "inputs")
         output_text = _mapping_text(outputs, self.output_key, "outputs")
-        mentions = self._mentions(self._extract(f"{input_text} {output_text}"))
-        return NewTurn(input_text, output_text, mentions, time.time(), idempotency_key)
+        result = self._extract(f"{input_text} {output_text}")
+        return NewTurn(
+            input_text,
+            output_text,
+            self._mentions(result),
+            time.time(),
+            idempotency_key,
+            _outcome(result),
+        )
 
     def save_context(
         self,
@@ -360,6 +379,20 @@ class ConversationEntityMemory:
             self.session_id, key, with_turns=with_turns, normalize=self.normalize_names
         )
         return asdict(receipt or ForgetReceipt())
+
+    def reextract(self) -> dict[str, int]:
+        """Run extraction again for this session's turns whose extraction failed, and
+        attach their snippets as if it had worked the first time. Running it twice adds
+        nothing twice. Returns ``{"repaired": n, "failed": m}`` (m still failing)."""
+        counts = {"repaired": 0, "failed": 0}
+        for turn in self._repository.failed_turns(self.session_id):
+            result = self._extract(turn.text)
+            recorded = self._repository.repair_turn(
+                turn, self._mentions(result), _outcome(result), time.time()
+            )
+            if recorded:
+                counts["repaired" if result.status == "ok" else "failed"] += 1
+        return counts
 
     async def asave_context(
         self,

@@ -7,6 +7,7 @@ so that two turns naming the same entities cannot deadlock each other.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from .engine import Store, StoreError
 from .names import name_key
-from .schema import contexts, entities, turns
+from .schema import contexts, entities, extractions, turns
 
 UNKNOWN_TYPE = "unknown"
 PAGE_SIZE = 500
@@ -33,12 +34,23 @@ class Mention:
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """How extraction went for a turn, as the ledger records it."""
+
+    extractor: str
+    status: str
+    error: str | None = None
+    latency: float = 0.0
+
+
+@dataclass(frozen=True)
 class NewTurn:
     input_text: str
     output_text: str
     mentions: Sequence[Mention]
     created_at: float
     idempotency_key: str | None = None
+    outcome: Outcome = Outcome("none", "ok")
 
     @property
     def text(self) -> str:
@@ -61,6 +73,21 @@ class TurnRecord:
     input_text: str
     output_text: str
     entity_names: list[str]
+
+
+@dataclass(frozen=True)
+class PendingTurn:
+    """A turn whose extraction failed, waiting to be extracted again."""
+
+    id: int
+    session_id: str
+    input_text: str
+    output_text: str
+    created_at: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.input_text} {self.output_text}"
 
 
 @dataclass(frozen=True)
@@ -130,9 +157,17 @@ class Repository:
 
         upsert = insert(entities)
         excluded = upsert.excluded
+        # A turn with a smaller id than the entity's first turn (a repaired old turn, or a
+        # concurrent writer that committed later) becomes the entity's first sighting.
+        earlier = excluded.first_turn_id < entities.c.first_turn_id
+        first_seen_fields = {
+            column: sa.case((earlier, getattr(excluded, column)), else_=entities.c[column])
+            for column in ("name", "first_seen", "first_turn_id", "first_position")
+        }
         self._upsert_entities = upsert.on_conflict_do_update(
             index_elements=[entities.c.session_id, entities.c.name_key],
             set_={
+                **first_seen_fields,
                 "last_seen": sa.case(
                     (excluded.last_seen > entities.c.last_seen, excluded.last_seen),
                     else_=entities.c.last_seen,
@@ -144,6 +179,7 @@ class Repository:
             },
         ).returning(entities.c.id, entities.c.name_key)
         self._insert_contexts = contexts.insert()
+        self._insert_outcomes = extractions.insert()
 
         self._entity_columns = sa.select(
             entities.c.id,
@@ -173,6 +209,7 @@ class Repository:
             if turn_id is None:
                 return None
             self._attach(connection, session_id, [(turn_id, turn)])
+            connection.execute(self._insert_outcomes, self._outcome_row(session_id, turn_id, turn))
             return int(turn_id)
 
         return self.store.run_write(work)
@@ -185,7 +222,10 @@ class Repository:
         def work(connection: Connection) -> list[int]:
             rows = [self._turn_row(session_id, turn) for turn in new_turns]
             ids = [int(i) for i in connection.execute(self._insert_turns, rows).scalars()]
-            self._attach(connection, session_id, list(zip(ids, new_turns, strict=True)))
+            saved = list(zip(ids, new_turns, strict=True))
+            self._attach(connection, session_id, saved)
+            outcomes = [self._outcome_row(session_id, i, turn) for i, turn in saved]
+            connection.execute(self._insert_outcomes, outcomes)
             return ids
 
         return self.store.run_write(work)
@@ -199,6 +239,20 @@ class Repository:
             "entity_names": [mention.name for mention in turn.mentions],
             "created_at": turn.created_at,
             "idempotency_key": turn.idempotency_key,
+        }
+
+    @staticmethod
+    def _outcome_row(session_id: str, turn_id: int, turn: NewTurn) -> dict[str, Any]:
+        return {
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "extractor": turn.outcome.extractor[:64],
+            "status": turn.outcome.status,
+            "error": turn.outcome.error,
+            "latency_ms": turn.outcome.latency * 1000,
+            "entity_count": len(turn.mentions),
+            "attempts": 1,
+            "updated_at": turn.created_at,
         }
 
     def _attach(
@@ -275,7 +329,7 @@ class Repository:
 
     def clear(self, session_id: str) -> None:
         def work(connection: Connection) -> None:
-            for table in (contexts, entities, turns):
+            for table in (contexts, extractions, entities, turns):
                 connection.execute(table.delete().where(table.c.session_id == session_id))
 
         self.store.run_write(work)
@@ -302,6 +356,7 @@ class Repository:
                 contexts_deleted += self._delete(
                     connection, contexts, contexts.c.turn_id.in_(turn_ids)
                 )
+                self._delete(connection, extractions, extractions.c.turn_id.in_(turn_ids))
                 turns_deleted = self._delete(connection, turns, turns.c.id.in_(turn_ids))
             else:
                 turns_updated = self._drop_name_from_turns(connection, turn_ids, key, normalize)
@@ -552,3 +607,230 @@ class Repository:
         )
         with self.store.read() as connection:
             return [EntitySummary(*row) for row in connection.execute(query)]
+
+    # -- the extraction ledger ------------------------------------------------------------
+
+    def failed_turns(self, session_id: str | None = None) -> list[PendingTurn]:
+        """Turns whose extraction failed, in turn order (of one session, or of all)."""
+        query = (
+            sa.select(
+                turns.c.id,
+                turns.c.session_id,
+                turns.c.input_text,
+                turns.c.output_text,
+                turns.c.created_at,
+            )
+            .join(extractions, extractions.c.turn_id == turns.c.id)
+            .where(extractions.c.status == "failed")
+            .order_by(turns.c.id)
+        )
+        if session_id is not None:
+            query = query.where(extractions.c.session_id == session_id)
+        with self.store.read() as connection:
+            return [PendingTurn(*row) for row in connection.execute(query)]
+
+    def repair_turn(
+        self, turn: PendingTurn, mentions: Sequence[Mention], outcome: Outcome, at: float
+    ) -> bool:
+        """Record a new extraction of a failed turn; if it worked, attach its entities and
+        snippets in the turn's own place. False if the turn is no longer waiting (another
+        process repaired it, or it was deleted)."""
+
+        def work(connection: Connection) -> bool:
+            waiting = sa.select(extractions.c.id).where(
+                extractions.c.turn_id == turn.id, extractions.c.status == "failed"
+            )
+            if self.store.dialect == "postgresql":
+                waiting = waiting.with_for_update()
+            if connection.execute(waiting).first() is None:
+                return False
+            if outcome.status == "ok" and mentions:
+                rebuilt = NewTurn(turn.input_text, turn.output_text, mentions, turn.created_at)
+                self._attach(connection, turn.session_id, [(turn.id, rebuilt)])
+                connection.execute(
+                    turns.update()
+                    .where(turns.c.id == turn.id)
+                    .values(entity_names=[mention.name for mention in mentions])
+                )
+            connection.execute(
+                extractions.update()
+                .where(extractions.c.turn_id == turn.id)
+                .values(
+                    extractor=outcome.extractor[:64],
+                    status=outcome.status,
+                    error=outcome.error,
+                    latency_ms=outcome.latency * 1000,
+                    entity_count=len(mentions),
+                    attempts=extractions.c.attempts + 1,
+                    updated_at=at,
+                )
+            )
+            return True
+
+        return self.store.run_write(work)
+
+    # -- export and import ----------------------------------------------------------------
+
+    def export_session(self, session_id: str) -> Iterator[dict[str, Any]]:
+        """Every row of a session as plain records, from one snapshot: turns with their
+        ledger rows, entities in first-seen order, then snippets in each entity's order.
+        Ids are the source database's and serve only as references between records."""
+        with_ledger = (
+            sa.select(
+                turns.c.id,
+                turns.c.input_text,
+                turns.c.output_text,
+                turns.c.entity_names,
+                turns.c.created_at,
+                turns.c.idempotency_key,
+                extractions.c.extractor,
+                extractions.c.status,
+                extractions.c.error,
+                extractions.c.latency_ms,
+                extractions.c.entity_count,
+                extractions.c.attempts,
+                extractions.c.updated_at,
+            )
+            .outerjoin(extractions, extractions.c.turn_id == turns.c.id)
+            .where(turns.c.session_id == session_id)
+            .order_by(turns.c.id)
+        )
+        in_first_seen_order = (
+            sa.select(*(c for c in entities.c if c.name != "session_id"))
+            .where(entities.c.session_id == session_id)
+            .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
+        )
+        snippets = (
+            sa.select(
+                contexts.c.id,
+                contexts.c.entity_id,
+                contexts.c.turn_id,
+                contexts.c.turn_seq,
+                contexts.c.text,
+            )
+            .join(entities, entities.c.id == contexts.c.entity_id)
+            .where(contexts.c.session_id == session_id)
+            .order_by(
+                entities.c.first_turn_id,
+                entities.c.first_position,
+                entities.c.id,
+                contexts.c.turn_seq,
+                contexts.c.id,
+            )
+        )
+        with self.store.read() as connection:
+            streaming = connection.execution_options(yield_per=PAGE_SIZE)
+            for kind, query in (
+                ("turn", with_ledger),
+                ("entity", in_first_seen_order),
+                ("context", snippets),
+            ):
+                for row in streaming.execute(query):
+                    yield {"kind": kind, **row._asdict()}
+
+    def session_exists(self, session_id: str) -> bool:
+        with self.store.read() as connection:
+            return any(
+                connection.execute(
+                    sa.select(table.c.id).where(table.c.session_id == session_id).limit(1)
+                ).first()
+                for table in (turns, entities)
+            )
+
+    def import_session(self, session_id: str, records: Sequence[dict[str, Any]]) -> dict[str, int]:
+        """Write exported records into a session in one transaction, mapping ids. Entities
+        that already exist in the session (a merge) are upserted as a saved turn would be."""
+        turn_records = [r for r in records if r["kind"] == "turn"]
+        entity_records = [r for r in records if r["kind"] == "entity"]
+        context_records = [r for r in records if r["kind"] == "context"]
+
+        def work(connection: Connection) -> dict[str, int]:
+            turn_ids = self._import_turns(connection, session_id, turn_records)
+            seq = _SequenceMap(turn_ids)
+            entity_rows = [
+                {
+                    "session_id": session_id,
+                    "name_key": r["name_key"],
+                    "name": r["name"],
+                    "entity_type": r["entity_type"],
+                    "first_seen": r["first_seen"],
+                    "last_seen": r["last_seen"],
+                    "first_turn_id": seq.map(r["first_turn_id"]),
+                    "first_position": r["first_position"],
+                }
+                for r in sorted(entity_records, key=lambda r: r["name_key"])
+            ]
+            entity_ids: dict[str, int] = {}
+            if entity_rows:
+                for row in connection.execute(self._upsert_entities, entity_rows):
+                    entity_ids[row.name_key] = row.id
+            by_old_entity = {r["id"]: entity_ids[r["name_key"]] for r in entity_records}
+            if context_records:
+                connection.execute(
+                    self._insert_contexts,
+                    [
+                        {
+                            "session_id": session_id,
+                            "entity_id": by_old_entity[r["entity_id"]],
+                            "turn_id": turn_ids[r["turn_id"]] if r["turn_id"] is not None else None,
+                            "turn_seq": seq.map(r["turn_seq"]),
+                            "text": r["text"],
+                        }
+                        for r in sorted(context_records, key=lambda r: (r["turn_seq"], r["id"]))
+                    ],
+                )
+            return {
+                "turns": len(turn_records),
+                "entities": len(entity_records),
+                "contexts": len(context_records),
+            }
+
+        return self.store.run_write(work)
+
+    def _import_turns(
+        self, connection: Connection, session_id: str, records: list[dict[str, Any]]
+    ) -> dict[int, int]:
+        if not records:
+            return {}
+        records = sorted(records, key=lambda r: r["id"])
+        rows = [
+            {
+                "session_id": session_id,
+                "input_text": r["input_text"],
+                "output_text": r["output_text"],
+                "entity_names": r["entity_names"],
+                "created_at": r["created_at"],
+                "idempotency_key": r["idempotency_key"],
+            }
+            for r in records
+        ]
+        new_ids = [int(i) for i in connection.execute(self._insert_turns, rows).scalars()]
+        outcomes = [
+            {
+                "session_id": session_id,
+                "turn_id": new_id,
+                "extractor": r["extractor"] or "unknown",
+                "status": r["status"] or "ok",
+                "error": r["error"],
+                "latency_ms": r["latency_ms"] or 0.0,
+                "entity_count": r["entity_count"] if r["entity_count"] is not None else 0,
+                "attempts": r["attempts"] or 1,
+                "updated_at": r["updated_at"] if r["updated_at"] is not None else r["created_at"],
+            }
+            for r, new_id in zip(records, new_ids, strict=True)
+        ]
+        connection.execute(self._insert_outcomes, outcomes)
+        return {r["id"]: new_id for r, new_id in zip(records, new_ids, strict=True)}
+
+
+class _SequenceMap:
+    """Maps the source's turn sequence numbers onto the imported turns' new ids, keeping
+    their order: a number maps to the new id of the newest imported turn at or before it."""
+
+    def __init__(self, turn_ids: dict[int, int]) -> None:
+        self._old = sorted(turn_ids)
+        self._new = [turn_ids[old] for old in self._old]
+
+    def map(self, old_seq: int) -> int:
+        index = bisect.bisect_right(self._old, old_seq) - 1
+        return self._new[index] if index >= 0 else 0

@@ -71,3 +71,22 @@ contexts = sa.Table(
     sa.Index(None, "session_id"),
     sa.Index(None, "turn_id"),
 )
+
+# One row per saved turn: how its extraction went. ``reextract`` retries the failed ones.
+extractions = sa.Table(
+    "extractions",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
+    sa.Column("turn_id", Id, sa.ForeignKey("turns.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("extractor", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.Column("latency_ms", sa.Double(), nullable=False),
+    sa.Column("entity_count", sa.Integer(), nullable=False),
+    sa.Column("attempts", sa.Integer(), nullable=False),
+    sa.Column("updated_at", sa.Double(), nullable=False),
+    sa.UniqueConstraint("session_id", "turn_id"),
+    sa.Index(None, "status", "session_id", "turn_id"),
+    sa.Index(None, "turn_id"),
+)
