@@ -141,6 +141,8 @@ class Store:
     @contextmanager
     def connect(self) -> Iterator[Connection]:
         """A connection, with connection failures reported as :class:`DatabaseUnavailableError`."""
+        if self.closed:
+            raise StoreError("this store is closed")
         try:
             connection = self.engine.connect()
         except DBAPIError as exc:

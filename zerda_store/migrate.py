@@ -47,6 +47,12 @@ def head_revision() -> str:
     return head
 
 
+@cache
+def known_revisions() -> frozenset[str]:
+    script = ScriptDirectory.from_config(alembic_config())
+    return frozenset(revision.revision for revision in script.walk_revisions())
+
+
 def current_revision(store: Store) -> str | None:
     with store.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
@@ -110,6 +116,11 @@ def ensure_schema(store: Store, auto_migrate: bool | None) -> None:
         if auto_migrate is None:
             auto_migrate = store.dialect == "sqlite"
         current = current_revision(store)
+        if current is not None and current not in known_revisions():
+            raise SchemaNotCurrentError(
+                f"the database schema is at revision {current}, which this version of "
+                "zerda_store does not know: it was migrated by a newer version"
+            )
         if current != head_revision():
             if not auto_migrate:
                 raise SchemaNotCurrentError(
