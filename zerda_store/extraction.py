@@ -19,6 +19,7 @@ from .names import is_acceptable_name
 logger = logging.getLogger(__name__)
 
 UNKNOWN_TYPE = "unknown"
+MODEL_RETRY_SECONDS = 60.0
 
 # The original class's default prompt, verbatim (indentation included): users who tuned an
 # LLM against it get the same prompt here.
@@ -104,6 +105,7 @@ class StanzaExtractor:
         self.stanza_dir = stanza_dir
         self.download = download
         self._pipeline: Any = None
+        self._missing: tuple[float, str] | None = None  # when and why loading last failed
         self._lock = threading.Lock()
 
     def pipeline_options(self) -> dict[str, Any]:
@@ -120,15 +122,21 @@ class StanzaExtractor:
         try:
             return stanza.Pipeline(**self.pipeline_options())
         except (FileNotFoundError, ValueError) as exc:
-            raise ModelNotAvailableError(
+            reason = (
                 f"stanza model for lang={self.lang!r} is not available ({exc}); "
                 f"install it with `zerda-store models download {self.lang}` "
                 "or pass stanza_dir= to a resources folder"
-            ) from exc
+            )
+            self._missing = (time.monotonic(), reason)
+            raise ModelNotAvailableError(reason) from exc
 
     def extract(self, text: str) -> list[ExtractedEntity]:
         with self._lock:
             if self._pipeline is None:
+                # A missing model is looked for again only now and then, not on every
+                # turn: stanza logs its own error at each attempt.
+                if self._missing and time.monotonic() - self._missing[0] < MODEL_RETRY_SECONDS:
+                    raise ModelNotAvailableError(self._missing[1])
                 self._pipeline = self._build()
             doc = self._pipeline(text)
         found = []

@@ -115,13 +115,13 @@ class EntityStoreView(Mapping[str, Entity]):
         self._memory = memory
 
     def __getitem__(self, name: str) -> Entity:
-        record = self._memory._find(name)
+        try:
+            record = self._memory._find(name)
+        except (TypeError, ValueError):  # not a name that could have been stored
+            record = None
         if record is None:
             raise KeyError(name)
         return Entity(self._memory._repository, record)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self._memory._find(name) is not None
 
     def __iter__(self) -> Iterator[str]:
         memory = self._memory
@@ -344,14 +344,17 @@ class ConversationEntityMemory:
             "last_extraction_error": self._extraction.last_error,
         }
 
+    def _key(self, name: str) -> str:
+        return name_key(_checked_text(name, "entity name"), normalize=self.normalize_names)
+
     def _find(self, name: str) -> EntityRecord | None:
-        key = name_key(name, normalize=self.normalize_names)
-        return self._repository.find_entity(self.session_id, key)
+        return self._repository.find_entity(self.session_id, self._key(name))
 
     def get_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """What is known about one entity, or None if it is not tracked."""
-        key = name_key(entity_name, normalize=self.normalize_names)
-        details = self._repository.entity_details(self.session_id, key, RECALL_LIMIT)
+        details = self._repository.entity_details(
+            self.session_id, self._key(entity_name), RECALL_LIMIT
+        )
         if details is None:
             return None
         entity, count, recent = details
@@ -374,9 +377,8 @@ class ConversationEntityMemory:
 
         Returns the counts of what was deleted; ``entities`` is 0 if nothing matched.
         """
-        key = name_key(_checked_text(name, "name"), normalize=self.normalize_names)
         receipt = self._repository.forget_entity(
-            self.session_id, key, with_turns=with_turns, normalize=self.normalize_names
+            self.session_id, self._key(name), with_turns=with_turns, normalize=self.normalize_names
         )
         return asdict(receipt or ForgetReceipt())
 

@@ -1,0 +1,1 @@
+"""Tiny stanza models for the tests: synthetic data, training, resources layout."""
