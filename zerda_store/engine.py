@@ -119,7 +119,13 @@ class Store:
 
     def __init__(self, database_url: str | URL | None = None, *, durability: Durability = "full"):
         self.url = resolve_url(database_url)
-        self.engine = create_store_engine(self.url, durability=durability)
+        try:
+            self.engine = create_store_engine(self.url, durability=durability)
+        except (ArgumentError, ImportError) as exc:
+            raise StoreError(
+                f"cannot use the database URL {safe_url(self.url)}: {exc}; "
+                "zerda_store runs on sqlite:/// and postgresql:// URLs"
+            ) from None
         self.dialect = self.engine.dialect.name
         self.schema_checked = False
         self.schema_lock = threading.Lock()

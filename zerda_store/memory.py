@@ -70,6 +70,11 @@ def _mapping_text(mapping: object, key: str, argument: str) -> str:
     return _checked_text(mapping.get(key), f"{argument}[{key!r}]")
 
 
+def checked_session_id(value: object) -> str:
+    """A valid session id (1 to 255 characters of storable text), else ValueError/TypeError."""
+    return _checked_identifier(value, "session_id")
+
+
 def _checked_identifier(value: object, what: str) -> str:
     text = _checked_text(value, what)
     if not 1 <= len(text) <= MAX_SESSION_ID_LENGTH:
@@ -200,7 +205,7 @@ class ConversationEntityMemory:
     ) -> None:
         if store is not None and database_url is not None:
             raise ValueError("pass either database_url or store, not both")
-        self.session_id = _checked_identifier(session_id, "session_id")
+        self.session_id = checked_session_id(session_id)
         self.llm = llm
         self.memory_key = memory_key
         self.input_key = input_key

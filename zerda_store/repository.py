@@ -745,6 +745,7 @@ class Repository:
         context_records = [r for r in records if r["kind"] == "context"]
 
         def work(connection: Connection) -> dict[str, int]:
+            self._refuse_used_idempotency_keys(connection, session_id, turn_records)
             turn_ids = self._import_turns(connection, session_id, turn_records)
             seq = _SequenceMap(turn_ids)
             entity_rows = [
@@ -786,6 +787,24 @@ class Repository:
             }
 
         return self.store.run_write(work)
+
+    @staticmethod
+    def _refuse_used_idempotency_keys(
+        connection: Connection, session_id: str, records: list[dict[str, Any]]
+    ) -> None:
+        keys = [r["idempotency_key"] for r in records if r["idempotency_key"] is not None]
+        if not keys:
+            return
+        used = connection.execute(
+            sa.select(turns.c.idempotency_key)
+            .where(turns.c.session_id == session_id, turns.c.idempotency_key.in_(keys))
+            .limit(1)
+        ).scalar()
+        if used is not None:
+            raise StoreError(
+                f"session {session_id!r} already has a turn with idempotency key {used!r}: "
+                "the file was imported before; nothing was imported"
+            )
 
     def _import_turns(
         self, connection: Connection, session_id: str, records: list[dict[str, Any]]

@@ -12,6 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import IO, Any
 
+from .names import MAX_NAME_LENGTH, is_acceptable_name
+
 FORMAT_VERSION = 1
 
 _NUMBER = (int, float)
@@ -55,6 +57,16 @@ _FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
 }
 
 
+# Longest text the tables take in these fields (the others are unbounded).
+_MAX_LENGTHS = {
+    "name": MAX_NAME_LENGTH,
+    "entity_type": 64,
+    "idempotency_key": 255,
+    "extractor": 64,
+}
+_STATUSES = {None, "ok", "failed", "skipped"}
+
+
 class ImportFormatError(ValueError):
     """A file that is not a valid export; the message names the line."""
 
@@ -81,12 +93,37 @@ def _check_record(record: Any, number: int) -> dict[str, Any]:
             )
         if isinstance(value, str) and "\x00" in value:
             raise ImportFormatError(f"line {number}: field {field!r} holds a NUL character")
-    if record["kind"] == "turn" and not all(isinstance(n, str) for n in record["entity_names"]):
-        raise ImportFormatError(f"line {number}: entity_names must be a list of strings")
+        limit = _MAX_LENGTHS.get(field)
+        if limit is not None and isinstance(value, str) and len(value) > limit:
+            raise ImportFormatError(f"line {number}: field {field!r} is over {limit} characters")
+    if record["kind"] == "entity" and not is_acceptable_name(record["name"]):
+        raise ImportFormatError(f"line {number}: {record['name']!r} is not a storable name")
+    if record["kind"] == "turn":
+        if not all(isinstance(n, str) for n in record["entity_names"]):
+            raise ImportFormatError(f"line {number}: entity_names must be a list of strings")
+        if record["status"] not in _STATUSES:
+            raise ImportFormatError(f"line {number}: unknown extraction status")
     return record
 
 
+def _check_unique(records: list[tuple[int, dict[str, Any]]]) -> None:
+    seen: set[tuple[str, str, Any]] = set()
+    for number, record in records:
+        keys = [("id", record["id"])]
+        if record["kind"] == "turn" and record["idempotency_key"] is not None:
+            keys.append(("idempotency_key", record["idempotency_key"]))
+        if record["kind"] == "entity":
+            keys.append(("name_key", record["name_key"]))
+        for field, value in keys:
+            if (record["kind"], field, value) in seen:
+                raise ImportFormatError(
+                    f"line {number}: a second {record['kind']} with this {field}"
+                )
+            seen.add((record["kind"], field, value))
+
+
 def _check_references(records: list[tuple[int, dict[str, Any]]]) -> None:
+    _check_unique(records)
     turn_ids = {r["id"] for _, r in records if r["kind"] == "turn"}
     entity_ids = {r["id"] for _, r in records if r["kind"] == "entity"}
     for number, record in records:
