@@ -283,7 +283,7 @@ def forget(obj: Context, name: str, session_id: str, with_turns: bool, as_json: 
         click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
         return
     click.echo(
-        f"forgot {receipt['entity']!r}: {receipt['entities']} entity, "
+        f"forgot {receipt['entity']!r}: {receipt['entities']} entities, "
         f"{receipt['contexts']} snippets, {receipt['turns_deleted']} turns deleted, "
         f"{receipt['turns_updated']} turns updated"
     )

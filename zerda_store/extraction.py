@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 UNKNOWN_TYPE = "unknown"
 MODEL_RETRY_SECONDS = 60.0
+MAX_TYPE_LENGTH = 64
 
 # The original class's default prompt, verbatim (indentation included): users who tuned an
 # LLM against it get the same prompt here.
@@ -152,15 +153,19 @@ class ModelNotAvailableError(RuntimeError):
 
 
 def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[ExtractedEntity]:
+    """Entities from what an extractor returned; types are clipped to what the table holds."""
     entities = []
     for item in items:
-        if isinstance(item, ExtractedEntity):
-            entities.append(item)
-        elif isinstance(item, str):
-            entities.append(ExtractedEntity(item))
-        else:
+        if isinstance(item, str):
+            item = ExtractedEntity(item)
+        elif not isinstance(item, ExtractedEntity):
             name, entity_type = item
-            entities.append(ExtractedEntity(name, entity_type or UNKNOWN_TYPE))
+            item = ExtractedEntity(name, entity_type or UNKNOWN_TYPE)
+        if not isinstance(item.name, str) or not isinstance(item.entity_type, str):
+            raise TypeError(f"an extractor returned {item!r}: names and types must be str")
+        if len(item.entity_type) > MAX_TYPE_LENGTH:
+            item = ExtractedEntity(item.name, item.entity_type[:MAX_TYPE_LENGTH])
+        entities.append(item)
     return entities
 
 

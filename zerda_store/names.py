@@ -20,10 +20,11 @@ _ALEF_FORMS = str.maketrans(
 
 
 def is_acceptable_name(name: str) -> bool:
-    """True when a name can be stored: at most 256 code points and no control characters."""
+    """True when a name can be stored: at most 256 code points, no control characters and
+    no lone surrogates (which no database can store as UTF-8)."""
     if not name or len(name) > MAX_NAME_LENGTH:
         return False
-    return not any(unicodedata.category(ch) == "Cc" for ch in name)
+    return not any(unicodedata.category(ch) in ("Cc", "Cs") for ch in name)
 
 
 def name_key(name: str, *, normalize: bool = True) -> str:

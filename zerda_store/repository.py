@@ -351,10 +351,10 @@ class Repository:
                     .distinct()
                 ).scalars()
             )
-            turns_deleted = turns_updated = contexts_deleted = 0
+            turns_deleted = turns_updated = contexts_deleted = orphans = 0
             if with_turns and turn_ids:
-                contexts_deleted += self._delete(
-                    connection, contexts, contexts.c.turn_id.in_(turn_ids)
+                contexts_deleted, orphans = self._delete_turn_snippets(
+                    connection, turn_ids, entity.id
                 )
                 self._delete(connection, extractions, extractions.c.turn_id.in_(turn_ids))
                 turns_deleted = self._delete(connection, turns, turns.c.id.in_(turn_ids))
@@ -364,9 +364,30 @@ class Repository:
                 connection, contexts, contexts.c.entity_id == entity.id
             )
             self._delete(connection, entities, entities.c.id == entity.id)
-            return ForgetReceipt(entity.name, 1, contexts_deleted, turns_deleted, turns_updated)
+            return ForgetReceipt(
+                entity.name, 1 + orphans, contexts_deleted, turns_deleted, turns_updated
+            )
 
         return self.store.run_write(work)
+
+    def _delete_turn_snippets(
+        self, connection: Connection, turn_ids: list[int], forgotten_id: int
+    ) -> tuple[int, int]:
+        """Delete every snippet of these turns, and the other entities left with no
+        snippet at all (they were known only from these turns). Returns both counts."""
+        mentioned = list(
+            connection.execute(
+                sa.select(contexts.c.entity_id).where(contexts.c.turn_id.in_(turn_ids)).distinct()
+            ).scalars()
+        )
+        deleted = self._delete(connection, contexts, contexts.c.turn_id.in_(turn_ids))
+        has_snippets = sa.exists().where(contexts.c.entity_id == entities.c.id)
+        orphans = self._delete(
+            connection,
+            entities,
+            sa.and_(entities.c.id.in_(mentioned), entities.c.id != forgotten_id, ~has_snippets),
+        )
+        return deleted, orphans
 
     @staticmethod
     def _delete(connection: Connection, table: sa.Table, condition: Any) -> int:

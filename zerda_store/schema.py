@@ -37,6 +37,8 @@ turns = sa.Table(
     sa.Column("idempotency_key", sa.String(255), nullable=True),
     sa.UniqueConstraint("session_id", "idempotency_key"),
     sa.Index(None, "session_id", "id"),
+    # Turn ids order snippets and entities, so SQLite must never reuse a deleted one.
+    sqlite_autoincrement=True,
 )
 
 entities = sa.Table(

@@ -139,7 +139,7 @@ def test_forget_with_turns_leaves_no_mention_of_the_name(own_sessions):
     result = succeeded(invoke(populated, "forget", "SARAH CHEN", "--session", acme, "--with-turns"))
 
     assert result.stdout.strip() == (
-        "forgot 'Sarah Chen': 1 entity, 5 snippets, 3 turns deleted, 0 turns updated"
+        "forgot 'Sarah Chen': 2 entities, 5 snippets, 3 turns deleted, 0 turns updated"
     )
     rows = session_rows(populated, acme)
     assert {"turns", "entities", "contexts", "extractions", "entity_overview"} <= set(rows)
@@ -152,7 +152,7 @@ def test_forget_with_turns_leaves_no_mention_of_the_name(own_sessions):
     assert len(rows["turns"]) == 3
     assert len(rows["extractions"]) == 3
     stats = json_of(invoke(populated, "stats", "--session", acme, "--json"))
-    assert (stats["message_count"], stats["entity_count"], stats["total_contexts"]) == (3, 2, 3)
+    assert (stats["message_count"], stats["entity_count"], stats["total_contexts"]) == (3, 1, 3)
     # the other session still mentions its own Sarah Chen
     assert "sarah chen" in str(session_rows(populated, globex)["turns"]).casefold()
 

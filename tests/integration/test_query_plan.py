@@ -1,0 +1,122 @@
+"""Recent snippets are read through the contexts index led by entity_id, newest first, and
+the read stops at the limit: no table scan and no sort, so its cost does not grow with the
+table or with the entity's history.
+
+The store holds 20,000 snippets (2,000 turns of 10 entities, one of them in every turn) and
+its statistics are fresh (ANALYZE), as a production database's would be. The planner gets
+no hints: with ``enable_seqscan`` left on, Postgres must choose the index by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from zerda_store import ConversationEntityMemory
+
+INDEX = "ix_contexts_entity_id_turn_seq_id"
+HOT = "Hot Account"
+OTHERS = [f"Contact {n:03d}" for n in range(199)]
+TURNS = 2_000
+NAMES_PER_TURN = 10
+
+
+class ListedNames:
+    """An extractor for turns whose input is the names they mention, then `` | ``."""
+
+    name = "listed"
+
+    def extract(self, text: str) -> list[str]:
+        return text.split(" | ", 1)[0].split(", ")
+
+
+def _pairs() -> list[tuple[dict[str, str], dict[str, str]]]:
+    pairs = []
+    for turn in range(TURNS):
+        others = [OTHERS[(turn * 9 + k) % len(OTHERS)] for k in range(NAMES_PER_TURN - 1)]
+        pairs.append(({"input": ", ".join([HOT, *others]) + " | "}, {"output": f"turn {turn}"}))
+    return pairs
+
+
+@pytest.fixture
+def busy_memory(database_url: str) -> Iterator[ConversationEntityMemory]:
+    memory = ConversationEntityMemory(
+        database_url=database_url, session_id="plans", extractor=ListedNames()
+    )
+    pairs = _pairs()
+    for start in range(0, TURNS, 500):
+        memory.save_contexts(pairs[start : start + 500])
+    with memory.store.engine.begin() as connection:
+        connection.exec_driver_sql("ANALYZE")
+    yield memory
+    memory.close()
+
+
+@contextmanager
+def reads_of_contexts(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
+    """The SELECT statements on the contexts table that run inside the block, with their
+    parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def remember(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "contexts" in statement:
+            seen.append((statement, parameters))
+
+    sa.event.listen(engine, "before_cursor_execute", remember)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", remember)
+
+
+def plan_of(engine: sa.Engine, statement: str, parameters: Any) -> str:
+    with engine.connect() as connection:
+        if engine.dialect.name == "sqlite":
+            rows = connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
+            return "\n".join(str(row[-1]) for row in rows)
+        rows = connection.exec_driver_sql("EXPLAIN " + statement, parameters)
+        return "\n".join(str(row[0]) for row in rows)
+
+
+def assert_reads_index_newest_first(engine: sa.Engine, statement: str, parameters: Any) -> None:
+    plan = plan_of(engine, statement, parameters)
+    if engine.dialect.name == "sqlite":
+        assert f"USING INDEX {INDEX}" in plan or f"USING COVERING INDEX {INDEX}" in plan, plan
+        assert "USE TEMP B-TREE" not in plan, plan
+        assert "SCAN contexts" not in plan, plan
+    else:
+        assert f"Index Scan Backward using {INDEX}" in plan, plan
+        assert "Sort" not in plan, plan
+        assert "Seq Scan on contexts" not in plan, plan
+
+
+def test_recent_contexts_read_the_entity_index_backwards_without_sorting(
+    busy_memory: ConversationEntityMemory,
+) -> None:
+    entity = busy_memory.entity_store[HOT]
+    engine = busy_memory.store.engine
+
+    with reads_of_contexts(engine) as reads:
+        recent = entity.get_recent_contexts()
+
+    assert [text.rsplit(" ", 1)[-1] for text in recent] == [str(t) for t in range(TURNS - 3, TURNS)]
+    assert len(reads) == 1, reads
+    assert_reads_index_newest_first(engine, *reads[0])
+
+
+def test_recall_reads_every_entity_through_the_index(
+    busy_memory: ConversationEntityMemory,
+) -> None:
+    engine = busy_memory.store.engine
+
+    with reads_of_contexts(engine) as reads:
+        recalled = busy_memory.load_memory_variables({"input": f"{HOT}, {OTHERS[1]} | "})
+
+    assert recalled["entity_info"].count("Previous information about") == 2
+    assert reads
+    for statement, parameters in reads:
+        assert_reads_index_newest_first(engine, statement, parameters)
