@@ -20,6 +20,16 @@ config = context.config
 
 
 def run_migrations(connection: Connection) -> None:
+    if (
+        connection.dialect.name == "sqlite"
+        and connection.exec_driver_sql("PRAGMA foreign_keys").scalar()
+    ):
+        # Batch migrations copy and drop tables; with foreign keys on, the drop would
+        # cascade into the child tables and delete their rows.
+        raise RuntimeError(
+            "SQLite migrations must run with foreign keys off: use `zerda-store db upgrade` "
+            "or zerda_store.migrate, which switch them off and check them afterwards"
+        )
     context.configure(
         connection=connection,
         target_metadata=metadata,

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from .engine import DatabaseUnavailableError, SchemaNotCurrentError, Store, StoreError
+from .engine import (
+    CommitOutcomeUnknownError,
+    DatabaseUnavailableError,
+    SchemaNotCurrentError,
+    Store,
+    StoreError,
+)
 from .extraction import (
     ExtractedEntity,
     ExtractionResult,
@@ -14,6 +20,7 @@ from .extraction import (
 from .memory import ConversationEntityMemory, Entity
 
 __all__ = [
+    "CommitOutcomeUnknownError",
     "ConversationEntityMemory",
     "DatabaseUnavailableError",
     "Entity",

@@ -43,6 +43,10 @@ class DatabaseUnavailableError(StoreError):
     """The database cannot be reached or opened."""
 
 
+class CommitOutcomeUnknownError(StoreError):
+    """The connection was lost while committing, so whether the write landed is unknown."""
+
+
 class SchemaNotCurrentError(StoreError):
     """The database schema is not at the revision this version of zerda_store needs."""
 
@@ -91,10 +95,13 @@ def _sqlite_engine(url: URL, durability: Durability) -> Engine:
         # Let SQLAlchemy, not the driver, decide when transactions begin.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        if url.database not in (None, "", ":memory:"):
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        # WAL is a property of the file: switch once, not on every connection (the switch
+        # needs an exclusive lock that a concurrent migration may hold).
+        in_memory = url.database in (None, "", ":memory:")
+        if not in_memory and cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA synchronous={synchronous}")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
@@ -121,7 +128,7 @@ class Store:
         self.url = resolve_url(database_url)
         try:
             self.engine = create_store_engine(self.url, durability=durability)
-        except (ArgumentError, ImportError) as exc:
+        except (ArgumentError, ImportError, ValueError) as exc:
             raise StoreError(
                 f"cannot use the database URL {safe_url(self.url)}: {exc}; "
                 "zerda_store runs on sqlite:/// and postgresql:// URLs"
@@ -172,12 +179,27 @@ class Store:
 
     def run_write(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one write transaction, again from scratch after a deadlock,
-        a serialization failure or a connection lost before the commit."""
+        a serialization failure or a connection lost before the commit.
+
+        A connection lost during the COMMIT itself is not retried: the server may have
+        committed, so running the work again could store it twice.
+        """
         for attempt in range(1, WRITE_ATTEMPTS + 1):
+            work_done = False
             try:
-                with self.write() as connection:
-                    return work(connection)
+                with self.connect() as connection:
+                    connection.execution_options(sqlite_begin="IMMEDIATE")
+                    with connection.begin():
+                        result = work(connection)
+                        work_done = True
+                return result
             except DBAPIError as exc:
+                if work_done and exc.connection_invalidated:
+                    raise CommitOutcomeUnknownError(
+                        f"the connection to {safe_url(self.url)} was lost during a commit: "
+                        "the write may or may not be stored (pass idempotency_key= to make "
+                        "a retry safe)"
+                    ) from exc
                 if attempt == WRITE_ATTEMPTS or not _is_retryable(exc):
                     raise
                 logger.warning("retrying a write transaction after %s", type(exc.orig).__name__)

@@ -1,0 +1,93 @@
+"""Data through the migrations with pytest-alembic's runner, on the backend chosen by
+``ZERDA_TEST_ALEMBIC_BACKEND`` (see conftest.py): rows written before a revision are
+still there, and as that revision wants them, after it and at head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+FIRST_REVISION = "0001"
+LEDGER_REVISION = "0002"  # adds the extraction ledger and backfills it
+
+
+def _rows(connection: sa.Connection, query: str) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in connection.exec_driver_sql(query)]
+
+
+def _write_one_turn(alembic_runner: Any, connection: sa.Connection) -> None:
+    alembic_runner.insert_into(
+        "turns",
+        {
+            "session_id": "customer-1",
+            "input_text": "Ada joined Acme Corp",
+            "output_text": "noted",
+            "entity_names": ["Ada", "Acme Corp"],
+            "created_at": 1_700_000_001.0,
+            "idempotency_key": "msg-1",
+        },
+    )
+    turn_id = connection.exec_driver_sql("SELECT id FROM turns").scalar_one()
+    for position, name in enumerate(["Ada", "Acme Corp"]):
+        alembic_runner.insert_into(
+            "entities",
+            {
+                "session_id": "customer-1",
+                "name_key": name.casefold(),
+                "name": name,
+                "entity_type": "unknown",
+                "first_seen": 1_700_000_001.0,
+                "last_seen": 1_700_000_001.0,
+                "first_turn_id": turn_id,
+                "first_position": position,
+            },
+        )
+    entity_ids = connection.exec_driver_sql("SELECT id FROM entities ORDER BY id").scalars().all()
+    alembic_runner.insert_into(
+        "contexts",
+        [
+            {
+                "session_id": "customer-1",
+                "entity_id": entity_id,
+                "turn_id": turn_id,
+                "turn_seq": turn_id,
+                "text": "Ada joined Acme Corp noted",
+            }
+            for entity_id in entity_ids
+        ],
+    )
+
+
+def test_rows_of_the_first_revision_survive_to_head(
+    alembic_runner: Any, alembic_engine: sa.Connection
+) -> None:
+    alembic_runner.migrate_up_to(FIRST_REVISION)
+    _write_one_turn(alembic_runner, alembic_engine)
+    before = {
+        table: _rows(alembic_engine, f"SELECT * FROM {table} ORDER BY id")
+        for table in ("turns", "entities", "contexts")
+    }
+
+    alembic_runner.migrate_up_to("heads")
+
+    for table, rows in before.items():
+        columns = ", ".join(
+            alembic_runner.table_at_revision(table, revision=FIRST_REVISION).c.keys()
+        )
+        assert _rows(alembic_engine, f"SELECT {columns} FROM {table} ORDER BY id") == rows, table
+
+
+def test_the_ledger_revision_records_turns_saved_before_it_as_extracted(
+    alembic_runner: Any, alembic_engine: sa.Connection
+) -> None:
+    alembic_runner.migrate_up_before(LEDGER_REVISION)
+    _write_one_turn(alembic_runner, alembic_engine)
+
+    alembic_runner.migrate_up_one()
+
+    assert alembic_runner.current == LEDGER_REVISION
+    assert _rows(
+        alembic_engine,
+        "SELECT session_id, status, entity_count, attempts FROM extractions",
+    ) == [("customer-1", "ok", 2, 1)]

@@ -1,0 +1,185 @@
+"""SQLite connection settings and transactions: WAL, FULL (or NORMAL) sync, foreign keys, a
+busy timeout, write transactions begun IMMEDIATE, and reads that a writer does not block."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from tests.reliability.helpers import NamesExtractor, inspect_database, table_counts
+from zerda_store import ConversationEntityMemory, Store
+
+
+@pytest.fixture
+def memory(sqlite_url: str) -> Iterator[ConversationEntityMemory]:
+    with ConversationEntityMemory(
+        extractor=NamesExtractor(["Ada", "Bo"]), database_url=sqlite_url
+    ) as memory:
+        yield memory
+
+
+def _pragmas(engine: sa.Engine) -> dict[str, Any]:
+    """The settings a brand-new connection of ``engine`` reports."""
+    engine.dispose()
+    with engine.connect() as connection:
+        return {
+            name: connection.exec_driver_sql(f"PRAGMA {name}").scalar()
+            for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+        }
+
+
+def test_a_new_connection_has_wal_full_sync_foreign_keys_and_a_busy_timeout(
+    memory: ConversationEntityMemory,
+) -> None:
+    pragmas = _pragmas(memory.store.engine)
+    assert pragmas.pop("busy_timeout") >= 5000
+    assert pragmas == {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1}
+
+
+def test_normal_durability_gives_synchronous_normal(sqlite_url: str) -> None:
+    with Store(sqlite_url, durability="normal") as store:
+        assert _pragmas(store.engine)["synchronous"] == 1
+    with Store(sqlite_url) as store:
+        assert _pragmas(store.engine)["synchronous"] == 2
+
+
+def test_the_file_itself_stays_in_wal_mode(
+    memory: ConversationEntityMemory, sqlite_url: str
+) -> None:
+    memory.save_context({"input": "Ada"}, {"output": "ok"})
+    path = sa.make_url(sqlite_url).database
+    assert path is not None
+    plain = sqlite3.connect(path)  # no zerda_store settings at all
+    try:
+        assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        plain.close()
+
+
+WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
+
+
+def _traced(engine: sa.Engine) -> list[str]:
+    """Every statement the SQLite library runs on new connections of ``engine``."""
+    statements: list[str] = []
+
+    @event.listens_for(engine, "connect")
+    def trace(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.set_trace_callback(statements.append)
+
+    engine.dispose()
+    return statements
+
+
+def _transactions(statements: list[str]) -> list[list[str]]:
+    """The statements grouped by transaction, from BEGIN to COMMIT or ROLLBACK; a
+    statement outside any transaction fails the test (it would run in autocommit)."""
+    transactions: list[list[str]] = []
+    current: list[str] | None = None
+    for statement in statements:
+        verb = statement.split()[0].upper()
+        if verb == "PRAGMA" and current is None:
+            continue
+        if verb == "BEGIN":
+            assert current is None, "nested BEGIN"
+            current = []
+        assert current is not None, f"outside a transaction: {statement}"
+        current.append(statement)
+        if verb in ("COMMIT", "ROLLBACK"):
+            transactions.append(current)
+            current = None
+    assert current is None, "a transaction never ended"
+    return transactions
+
+
+def _write_transactions(statements: list[str]) -> list[list[str]]:
+    return [
+        transaction
+        for transaction in _transactions(statements)
+        if any(s.split()[0].upper() in WRITE_VERBS for s in transaction)
+    ]
+
+
+def test_save_context_writes_in_one_immediate_transaction(
+    memory: ConversationEntityMemory,
+) -> None:
+    statements = _traced(memory.store.engine)
+    memory.save_context({"input": "Ada met Bo"}, {"output": "ok"})
+
+    [transaction] = _transactions(statements)
+    assert transaction[0].upper() == "BEGIN IMMEDIATE"
+    assert transaction[-1].upper() == "COMMIT"
+    tables = [s.split()[2].lower() for s in transaction if s.upper().startswith("INSERT INTO")]
+    assert tables[0] == "turns"
+    assert tables.count("entities") == 1  # one upsert for all the turn's entities
+    assert tables.count("contexts") == 2  # one snippet per entity
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda memory: memory.save_contexts([({"input": "Ada"}, {"output": "ok"})] * 3),
+        lambda memory: memory.entity_store["Ada"].add_context("a note"),
+        lambda memory: memory.forget_entity("Bo"),
+        lambda memory: memory.clear(),
+    ],
+    ids=["save_contexts", "add_context", "forget_entity", "clear"],
+)
+def test_every_write_begins_immediate(memory: ConversationEntityMemory, write: Any) -> None:
+    memory.save_context({"input": "Ada met Bo"}, {"output": "ok"})
+    statements = _traced(memory.store.engine)
+    write(memory)
+    [transaction] = _write_transactions(statements)
+    assert (transaction[0].upper(), transaction[-1].upper()) == ("BEGIN IMMEDIATE", "COMMIT")
+
+
+def test_reads_begin_deferred_so_they_never_wait_for_the_write_lock(
+    memory: ConversationEntityMemory,
+) -> None:
+    memory.save_context({"input": "Ada met Bo"}, {"output": "ok"})
+    statements = _traced(memory.store.engine)
+    memory.load_memory_variables({"input": "Ada"})
+    memory.get_entity_info("Bo")
+    list(memory.chat_memory)
+    transactions = _transactions(statements)
+    assert transactions
+    assert _write_transactions(statements) == []
+    assert {t[0].upper() for t in transactions} == {"BEGIN DEFERRED"}
+
+
+def test_reads_go_on_while_another_connection_holds_the_write_lock(
+    memory: ConversationEntityMemory, sqlite_url: str
+) -> None:
+    memory.save_context({"input": "Ada met Bo"}, {"output": "ok"})
+    path = sa.make_url(sqlite_url).database
+    assert path is not None
+    writer = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("DELETE FROM contexts")  # uncommitted: readers must not see it
+        assert "Ada met Bo ok" in memory.load_memory_variables({"input": "Ada"})["entity_info"]
+        assert len(memory.chat_memory) == 1
+        assert memory.get_memory_stats()["total_contexts"] == 2
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+def test_foreign_keys_are_enforced_on_the_memorys_connections(
+    memory: ConversationEntityMemory, sqlite_url: str
+) -> None:
+    with (
+        pytest.raises(sa.exc.IntegrityError, match="FOREIGN KEY"),
+        memory.store.engine.begin() as connection,
+    ):
+        connection.exec_driver_sql(
+            "INSERT INTO contexts (session_id, entity_id, turn_id, turn_seq, text) "
+            "VALUES ('default', 999, NULL, 0, 'orphan')"
+        )
+    with inspect_database(sqlite_url) as connection:
+        assert table_counts(connection) == (0, 0, 0)
