@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
@@ -33,6 +34,10 @@ T = TypeVar("T")
 
 # Postgres SQLSTATEs after which the whole transaction was rolled back and may be run again.
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}
+
+# True while a unit of work that runs again whole on a dead connection checks one out: it
+# needs no liveness ping first (a round trip on every checkout).
+_NO_PING: ContextVar[bool] = ContextVar("zerda_store_no_ping", default=False)
 
 
 class StoreError(Exception):
@@ -83,7 +88,23 @@ def create_store_engine(url: URL, *, durability: Durability = "full") -> Engine:
     connect_args: dict[str, Any] = {}
     if url.get_backend_name() == "postgresql":
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
-    return sa.create_engine(url, pool_pre_ping=True, pool_recycle=1800, connect_args=connect_args)
+    engine = sa.create_engine(url, pool_recycle=1800, connect_args=connect_args)
+    _ping_on_checkout(engine)
+    return engine
+
+
+def _ping_on_checkout(engine: Engine) -> None:
+    """``pool_pre_ping``, skipped for :meth:`Store.run_write` and :meth:`Store.run_read`:
+    they meet a dead connection at their first statement and run again whole."""
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        if _NO_PING.get():
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise sa.exc.DisconnectionError() from exc  # the pool takes another connection
 
 
 def _sqlite_engine(url: URL, durability: Durability) -> Engine:
@@ -108,7 +129,8 @@ def _sqlite_engine(url: URL, durability: Durability) -> Engine:
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
         mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-        connection.exec_driver_sql(f"BEGIN {mode}")
+        if mode is not None:  # None: one statement in the driver's autocommit mode
+            connection.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
 
@@ -152,14 +174,20 @@ class Store:
         self.engine.dispose()
 
     @contextmanager
-    def connect(self) -> Iterator[Connection]:
-        """A connection, with connection failures reported as :class:`DatabaseUnavailableError`."""
+    def connect(self, *, ping: bool = True) -> Iterator[Connection]:
+        """A connection, with connection failures reported as :class:`DatabaseUnavailableError`.
+
+        ``ping=False`` skips the Postgres liveness check, for callers that run again whole
+        when the connection turns out dead."""
         if self.closed:
             raise StoreError("this store is closed")
+        token = _NO_PING.set(not ping)
         try:
             connection = self.engine.connect()
         except DBAPIError as exc:
             raise self.unavailable(exc) from None
+        finally:
+            _NO_PING.reset(token)
         with connection:
             yield connection
 
@@ -177,6 +205,30 @@ class Store:
             with connection.begin():
                 yield connection
 
+    @contextmanager
+    def single_statement(self) -> Iterator[Connection]:
+        """A connection for one statement, with no BEGIN/COMMIT around it: a single
+        statement is atomic and sees one snapshot by itself (on Postgres this saves the
+        round trips of BEGIN and COMMIT)."""
+        with self.connect(ping=False) as connection:
+            if self.dialect == "sqlite":
+                connection.execution_options(sqlite_begin=None)
+            else:
+                connection.execution_options(isolation_level="AUTOCOMMIT")
+            yield connection
+
+    def run_read(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work``, one read statement, outside an explicit transaction; again on a
+        fresh connection if the pooled one turned out dead."""
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                with self.single_statement() as connection:
+                    return work(connection)
+            except DBAPIError as exc:
+                if attempt == WRITE_ATTEMPTS or not exc.connection_invalidated:
+                    raise
+        raise AssertionError("unreachable")
+
     def run_write(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one write transaction, again from scratch after a deadlock,
         a serialization failure or a connection lost before the commit.
@@ -187,7 +239,7 @@ class Store:
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             work_done = False
             try:
-                with self.connect() as connection:
+                with self.connect(ping=False) as connection:
                     connection.execution_options(sqlite_begin="IMMEDIATE")
                     with connection.begin():
                         result = work(connection)

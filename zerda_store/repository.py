@@ -22,6 +22,8 @@ from .schema import contexts, entities, extractions, turns
 
 UNKNOWN_TYPE = "unknown"
 PAGE_SIZE = 500
+# Keys recalled by one statement on SQLite (one UNION ALL branch each); more take several.
+RECALL_CHUNK = 8
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,69 @@ def _entity(row: Any) -> EntityRecord:
 
 
 _NEWEST_FIRST = (contexts.c.turn_seq.desc(), contexts.c.id.desc())
+_ENTITY_COLUMNS = (
+    entities.c.id,
+    entities.c.name,
+    entities.c.name_key,
+    entities.c.entity_type,
+    entities.c.first_seen,
+    entities.c.last_seen,
+)
+
+
+def _recall_lateral() -> Any:
+    """Postgres: the session's entities keyed ``:keys`` (unique index), each joined
+    LATERAL to its newest ``:limit`` snippets (the contexts index led by entity_id, read
+    backwards and cut at the limit)."""
+    newest = (
+        sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"))
+        .where(contexts.c.entity_id == entities.c.id)
+        .order_by(*_NEWEST_FIRST)
+        .limit(sa.bindparam("limit"))
+        .lateral("newest")
+    )
+    return (
+        sa.select(*_ENTITY_COLUMNS, newest.c.text, newest.c.turn_seq, newest.c.context_id)
+        .join_from(entities, newest, sa.true())
+        .where(
+            entities.c.session_id == sa.bindparam("session_id"),
+            entities.c.name_key.in_(sa.bindparam("keys", expanding=True)),
+        )
+    )
+
+
+def _recall_union(count: int) -> Any:
+    """SQLite (no LATERAL): one UNION ALL branch per key ``:key_<i>``. A branch finds the
+    entity by its unique key, reads its newest ``:limit`` snippets from the contexts index
+    led by entity_id (backwards, cut at the limit), then joins those rows to the entity."""
+    branches = []
+    for i in range(count):
+        entity_id = (
+            sa.select(entities.c.id)
+            .where(
+                entities.c.session_id == sa.bindparam("session_id"),
+                entities.c.name_key == sa.bindparam(f"key_{i}"),
+            )
+            .scalar_subquery()
+        )
+        newest = (
+            sa.select(
+                contexts.c.entity_id,
+                contexts.c.text,
+                contexts.c.turn_seq,
+                contexts.c.id.label("context_id"),
+            )
+            .where(contexts.c.entity_id == entity_id)
+            .order_by(*_NEWEST_FIRST)
+            .limit(sa.bindparam("limit"))
+            .subquery(f"newest_{i}")
+        )
+        branches.append(
+            sa.select(
+                *_ENTITY_COLUMNS, newest.c.text, newest.c.turn_seq, newest.c.context_id
+            ).join_from(newest, entities, entities.c.id == newest.c.entity_id)
+        )
+    return sa.union_all(*branches) if count > 1 else branches[0]
 
 
 class Repository:
@@ -195,6 +260,10 @@ class Repository:
             .order_by(*_NEWEST_FIRST)
             .limit(sa.bindparam("limit"))
         )
+        if store.dialect == "postgresql":
+            self._recall_lateral = _recall_lateral()
+        else:
+            self._recall_unions = {n: _recall_union(n) for n in range(1, RECALL_CHUNK + 1)}
 
     # -- writes -------------------------------------------------------------------------
 
@@ -445,22 +514,36 @@ class Repository:
     def recall(
         self, session_id: str, keys: Sequence[str], limit: int
     ) -> list[tuple[EntityRecord, list[str]]]:
-        """The entities among ``keys`` that exist, in the order of ``keys``, each with its
-        last ``limit`` snippets (oldest first)."""
+        """The entities among ``keys`` that have snippets, in the order of ``keys``, each
+        with its last ``limit`` snippets (oldest first). One statement (on SQLite, one per
+        ``RECALL_CHUNK`` keys) and no explicit transaction: a single statement sees one
+        snapshot by itself."""
         if not keys:
             return []
-        with self.store.read() as connection:
-            rows = connection.execute(
-                self._entity_columns.where(
-                    entities.c.session_id == session_id, entities.c.name_key.in_(keys)
-                )
-            ).all()
-            found = {row.name_key: _entity(row) for row in rows}
-            return [
-                (found[key], self._recent(connection, found[key].id, limit))
-                for key in keys
-                if key in found
-            ]
+        rows = self._recall_rows(session_id, keys, limit)
+        position = {key: i for i, key in enumerate(keys)}
+        rows.sort(key=lambda row: (position[row.name_key], row.turn_seq, row.context_id))
+        recalled: dict[str, tuple[EntityRecord, list[str]]] = {}
+        for row in rows:
+            if row.name_key not in recalled:
+                recalled[row.name_key] = (_entity(row), [])
+            recalled[row.name_key][1].append(row.text)
+        return list(recalled.values())
+
+    def _recall_rows(self, session_id: str, keys: Sequence[str], limit: int) -> list[Any]:
+        if self.store.dialect == "postgresql":
+            params = {"session_id": session_id, "limit": limit, "keys": list(keys)}
+            return self._read_all(self._recall_lateral, params)
+        rows: list[Any] = []
+        for start in range(0, len(keys), RECALL_CHUNK):
+            chunk = keys[start : start + RECALL_CHUNK]
+            params = {"session_id": session_id, "limit": limit}
+            params.update((f"key_{i}", key) for i, key in enumerate(chunk))
+            rows += self._read_all(self._recall_unions[len(chunk)], params)
+        return rows
+
+    def _read_all(self, statement: Any, params: dict[str, Any]) -> list[Any]:
+        return self.store.run_read(lambda c: list(c.execute(statement, params)))
 
     def _recent(self, connection: Connection, entity_id: int, limit: int | None) -> list[str]:
         if limit is None:
