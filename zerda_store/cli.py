@@ -46,6 +46,17 @@ class Context:
     def memory(self, session_id: str) -> ConversationEntityMemory:
         return ConversationEntityMemory(store=self.store, session_id=session_id)
 
+    def memory_knowing(self, session_id: str, name: str) -> ConversationEntityMemory:
+        """The session's memory in which NAME is an entity: with normalized keys, else with
+        exact keys (a session written with normalize_names=False)."""
+        for normalize in (True, False):
+            memory = ConversationEntityMemory(
+                store=self.store, session_id=session_id, normalize_names=normalize
+            )
+            if name in memory.entity_store:
+                return memory
+        raise LookupError(f"no entity {name!r} in session {session_id!r}")
+
     def repository(self) -> Repository:
         migrate.ensure_schema(self.store, auto_migrate=None)
         return Repository(self.store)
@@ -232,10 +243,9 @@ def entities(obj: Context, session_id: str, as_json: bool) -> None:
 @click.pass_obj
 def entity(obj: Context, name: str, session_id: str, limit: int, as_json: bool) -> None:
     """Show what the memory knows about one entity (NAME is matched as the API matches it)."""
-    memory = obj.memory(session_id)
+    memory = obj.memory_knowing(session_id, name)
     info = memory.get_entity_info(name)
-    if info is None:
-        raise LookupError(f"no entity {name!r} in session {session_id!r}")
+    assert info is not None
     info["recent_contexts"] = memory.entity_store[name].get_recent_contexts(limit)
     if as_json:
         click.echo(json.dumps(info, ensure_ascii=False, indent=2))
@@ -276,9 +286,7 @@ def stats(obj: Context, session_id: str | None, as_json: bool) -> None:
 @click.pass_obj
 def forget(obj: Context, name: str, session_id: str, with_turns: bool, as_json: bool) -> None:
     """Erase an entity and its snippets in one transaction, and print what was deleted."""
-    receipt = obj.memory(session_id).forget_entity(name, with_turns=with_turns)
-    if not receipt["entities"]:
-        raise LookupError(f"no entity {name!r} in session {session_id!r}")
+    receipt = obj.memory_knowing(session_id, name).forget_entity(name, with_turns=with_turns)
     if as_json:
         click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
         return
@@ -389,7 +397,7 @@ def reextract(
     """Run extraction again (with stanza) for turns whose extraction failed."""
     pending = obj.repository().failed_turns(session_id)
     sessions_with_failures = sorted({turn.session_id for turn in pending})
-    extractor = StanzaExtractor(lang, stanza_dir=stanza_dir)
+    extractor = StanzaExtractor.shared(lang, stanza_dir=stanza_dir)
     totals = {"repaired": 0, "failed": 0}
     for current in tqdm(
         sessions_with_failures, desc="reextract", unit=" sessions", disable=None, file=sys.stderr
@@ -423,7 +431,3 @@ def models_download(lang: str, stanza_dir: str | None) -> None:
         options["model_dir"] = stanza_dir
     stanza.download(lang, **options)
     click.echo(f"stanza models for {lang!r} are installed")
-
-
-if __name__ == "__main__":
-    main()

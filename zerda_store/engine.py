@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -28,6 +30,7 @@ DATABASE_URL_ENV = "ZERDA_STORE_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 5
 SQLITE_BUSY_TIMEOUT_MS = 5000
 WRITE_ATTEMPTS = 4
+MIN_SQLITE_VERSION = (3, 35, 0)
 
 Durability = Literal["full", "normal"]
 T = TypeVar("T")
@@ -66,7 +69,8 @@ def resolve_url(database_url: str | URL | None = None) -> URL:
         raw = "postgresql://" + raw[len("postgres://") :]
     try:
         url = make_url(raw)
-    except ArgumentError:
+        url.port  # noqa: B018  (a port that is not a number is found here, not later)
+    except (ArgumentError, ValueError):
         raise StoreError(
             "could not parse the database URL; expected e.g. sqlite:///file.db "
             "or postgresql://user@host/dbname"
@@ -81,13 +85,43 @@ def safe_url(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
+def _check_supported(url: URL) -> None:
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "postgresql" and driver != "psycopg":
+        raise StoreError(
+            f"the {driver} driver is not supported: use a postgresql:// or "
+            "postgresql+psycopg:// URL (pip install 'zerda-store[postgres]')"
+        )
+    if backend == "sqlite" and url.database in (None, "", ":memory:"):
+        raise StoreError(
+            "an in-memory SQLite database is not supported (each connection would see its "
+            "own empty database): use a file, e.g. sqlite:///memory.db in a temporary folder"
+        )
+    if backend not in ("sqlite", "postgresql"):
+        raise StoreError(
+            f"unsupported database {backend!r}: zerda_store runs on SQLite and Postgres"
+        )
+    if backend == "sqlite" and sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+        raise StoreError(
+            f"SQLite {sqlite3.sqlite_version} is too old: zerda_store needs 3.35 or newer "
+            "(for INSERT ... ON CONFLICT ... RETURNING)"
+        )
+
+
 def create_store_engine(url: URL, *, durability: Durability = "full") -> Engine:
     """An engine configured for zerda_store's transactions on SQLite or Postgres."""
+    _check_supported(url)
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url, durability)
-    connect_args: dict[str, Any] = {}
-    if url.get_backend_name() == "postgresql":
-        connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+    connect_args: dict[str, Any] = {
+        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        # A peer that vanishes mid-statement is noticed in about half a minute, not after
+        # the operating system's TCP timeout.
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
     engine = sa.create_engine(url, pool_recycle=1800, connect_args=connect_args)
     _ping_on_checkout(engine)
     return engine
@@ -117,11 +151,7 @@ def _sqlite_engine(url: URL, durability: Durability) -> Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        # WAL is a property of the file: switch once, not on every connection (the switch
-        # needs an exclusive lock that a concurrent migration may hold).
-        in_memory = url.database in (None, "", ":memory:")
-        if not in_memory and cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            cursor.execute("PRAGMA journal_mode=WAL")
+        _switch_to_wal(cursor)
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
@@ -133,6 +163,22 @@ def _sqlite_engine(url: URL, durability: Durability) -> Engine:
             connection.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """WAL is a property of the file: switch once, not on every connection. The switch
+    needs a lock that SQLite does not wait for, so a process that opens a new file while
+    another is switching or migrating it tries again for a while."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _is_retryable(exc: DBAPIError) -> bool:
@@ -196,14 +242,6 @@ class Store:
         """A connection in a read transaction (one snapshot), rolled back at the end."""
         with self.connect() as connection, connection.begin():
             yield connection
-
-    @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """A connection in a write transaction, committed if the block returns normally."""
-        with self.connect() as connection:
-            connection.execution_options(sqlite_begin="IMMEDIATE")
-            with connection.begin():
-                yield connection
 
     @contextmanager
     def single_statement(self) -> Iterator[Connection]:

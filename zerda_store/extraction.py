@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -21,6 +22,8 @@ logger = logging.getLogger(__name__)
 UNKNOWN_TYPE = "unknown"
 MODEL_RETRY_SECONDS = 60.0
 MAX_TYPE_LENGTH = 64
+MAX_ERROR_LENGTH = 2000
+MAX_REMEMBERED_ERRORS = 100
 
 # The original class's default prompt, verbatim (indentation included): users who tuned an
 # LLM against it get the same prompt here.
@@ -109,6 +112,18 @@ class StanzaExtractor:
         self._missing: tuple[float, str] | None = None  # when and why loading last failed
         self._lock = threading.Lock()
 
+    @classmethod
+    def shared(
+        cls, lang: str = "en", *, stanza_dir: str | None = None, download: bool = False
+    ) -> StanzaExtractor:
+        """One extractor (so one loaded pipeline) per process for these settings, however
+        many memories use it: a pipeline takes seconds and hundreds of MB to load."""
+        key = (lang, stanza_dir, download)
+        with _SHARED_LOCK:
+            if key not in _SHARED:
+                _SHARED[key] = cls(lang, stanza_dir=stanza_dir, download=download)
+            return _SHARED[key]
+
     def pipeline_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"lang": self.lang, "processors": "tokenize,ner"}
         if not self.download:
@@ -148,8 +163,24 @@ class StanzaExtractor:
         return found
 
 
+_SHARED: dict[tuple[str, str | None, bool], StanzaExtractor] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 class ModelNotAvailableError(RuntimeError):
     """The stanza model for the requested language is not installed."""
+
+
+def _storable(text: str, limit: int = MAX_TYPE_LENGTH) -> str:
+    """Text that every backend can store: control characters other than newlines and
+    tabs, and lone surrogates, are escaped; at most ``limit`` characters."""
+    cleaned = "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) in ("Cc", "Cs") and ch not in "\n\t"
+        else ch
+        for ch in text
+    )
+    return cleaned[:limit]
 
 
 def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[ExtractedEntity]:
@@ -163,8 +194,11 @@ def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[Ex
             item = ExtractedEntity(name, entity_type or UNKNOWN_TYPE)
         if not isinstance(item.name, str) or not isinstance(item.entity_type, str):
             raise TypeError(f"an extractor returned {item!r}: names and types must be str")
-        if len(item.entity_type) > MAX_TYPE_LENGTH:
-            item = ExtractedEntity(item.name, item.entity_type[:MAX_TYPE_LENGTH])
+        entity_type = item.entity_type[:MAX_TYPE_LENGTH]
+        if not is_acceptable_name(entity_type):
+            entity_type = UNKNOWN_TYPE
+        if entity_type != item.entity_type:
+            item = ExtractedEntity(item.name, entity_type)
         entities.append(item)
     return entities
 
@@ -185,14 +219,14 @@ class ExtractionService:
         extractor = extractor or self.extractor
         if extractor is None:
             raise ValueError("no extractor given")
-        extractor_name = getattr(extractor, "name", type(extractor).__name__)
+        extractor_name = _storable(str(getattr(extractor, "name", type(extractor).__name__)))
         if not text.strip():
             return ExtractionResult((), extractor_name, "skipped")
         started = time.perf_counter()
         try:
             entities = _coerce(extractor.extract(text))
         except Exception as exc:  # extraction must never break a chat turn
-            error = f"{type(exc).__name__}: {exc}"
+            error = _storable(f"{type(exc).__name__}: {exc}", MAX_ERROR_LENGTH)
             self._record_failure(error)
             return ExtractionResult(
                 (), extractor_name, "failed", error, time.perf_counter() - started
@@ -205,6 +239,8 @@ class ExtractionService:
             self.error_count += 1
             self.last_error = error
             first_time = error not in self._logged_errors
+            if len(self._logged_errors) >= MAX_REMEMBERED_ERRORS:
+                self._logged_errors.clear()  # errors that carry request ids never repeat
             self._logged_errors.add(error)
         if first_time:
             logger.error("Error in extracting entities: %s", error)

@@ -167,8 +167,10 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
                 return [self[i] for i in range(start, stop, step)]
             count = max(0, stop - start)
             return [_turn_dict(t) for t in repository.turns_page(session_id, start, count)]
-        position = index + len(self) if index < 0 else index
-        page = repository.turns_page(session_id, position, 1) if position >= 0 else []
+        if index < 0:  # counted from the newest turn: no need to count them all first
+            page = repository.turns_page(session_id, -index - 1, 1, newest_first=True)
+        else:
+            page = repository.turns_page(session_id, index, 1)
         if not page:
             raise IndexError("chat_memory index out of range")
         return _turn_dict(page[0])
@@ -215,7 +217,6 @@ class ConversationEntityMemory:
         self.normalize_names = normalize_names
         self.entity_info_template = entity_info_template or default_entity_info_template(lang)
         self._extractor = extractor
-        self._stanza: StanzaExtractor | None = None
         self._extraction = ExtractionService(extractor)
         self._owns_store = store is None
         self.store = store if store is not None else Store(database_url)
@@ -258,9 +259,7 @@ class ConversationEntityMemory:
             return self._extractor
         if self.llm:
             return LLMExtractor(self.llm, self.entity_extraction_prompt)
-        if self._stanza is None or self._stanza.lang != self.lang:
-            self._stanza = StanzaExtractor(self.lang)
-        return self._stanza
+        return StanzaExtractor.shared(self.lang)
 
     def _extract(self, text: str) -> ExtractionResult:
         return self._extraction.extract(text, self._current_extractor())

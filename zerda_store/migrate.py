@@ -20,19 +20,21 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from .engine import SchemaNotCurrentError, Store
+from .engine import SQLITE_BUSY_TIMEOUT_MS, SchemaNotCurrentError, Store
 
 # Any constant will do; it only has to be the same in every process that migrates.
 _ADVISORY_LOCK_KEY = 0x7A657264  # "zerd"
+MIGRATION_WAIT_MS = 600_000
 
 
 def migrations_dir() -> Path:
     """Where the revisions are: inside the installed package, else the repository checkout."""
-    packaged = Path(__file__).parent / "_migrations"
+    packaged = Path(__file__).parent / "migrations"
     return packaged if packaged.is_dir() else Path(__file__).parent.parent / "migrations"
 
 
 def alembic_config(connection: Connection | None = None, stdout: TextIO | None = None) -> Config:
+    """An Alembic configuration for the packaged revisions, optionally bound to a connection."""
     config = Config(stdout=stdout) if stdout is not None else Config()
     config.set_main_option("script_location", str(migrations_dir()))
     if connection is not None:
@@ -42,6 +44,7 @@ def alembic_config(connection: Connection | None = None, stdout: TextIO | None =
 
 @cache
 def head_revision() -> str:
+    """The newest revision this version of zerda_store knows."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "the migrations folder has no revisions"
     return head
@@ -49,11 +52,13 @@ def head_revision() -> str:
 
 @cache
 def known_revisions() -> frozenset[str]:
+    """Every revision of the packaged migrations."""
     script = ScriptDirectory.from_config(alembic_config())
     return frozenset(revision.revision for revision in script.walk_revisions())
 
 
 def current_revision(store: Store) -> str | None:
+    """The database's revision, or None for a database Alembic never touched."""
     with store.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
 
@@ -73,6 +78,8 @@ def locked_connection(store: Store) -> Iterator[Connection]:
         if store.dialect == "sqlite":
             # Outside any transaction, where SQLite honours it; the driver is in autocommit.
             _raw_sqlite(connection, "PRAGMA foreign_keys=OFF")
+            # Another process may be rebuilding a large table: wait for it, not 5 s.
+            _raw_sqlite(connection, f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
             connection.execution_options(sqlite_begin="IMMEDIATE")
         try:
             with connection.begin():
@@ -88,14 +95,17 @@ def locked_connection(store: Store) -> Iterator[Connection]:
         finally:
             if store.dialect == "sqlite":
                 _raw_sqlite(connection, "PRAGMA foreign_keys=ON")
+                _raw_sqlite(connection, f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
 
 
 def upgrade(store: Store, revision: str = "head") -> None:
+    """Upgrade the schema (one process at a time; the others then find nothing to do)."""
     with locked_connection(store) as connection:
         command.upgrade(alembic_config(connection), revision)
 
 
 def downgrade(store: Store, revision: str) -> None:
+    """Downgrade the schema to ``revision`` ("base" drops every table)."""
     with locked_connection(store) as connection:
         command.downgrade(alembic_config(connection), revision)
 

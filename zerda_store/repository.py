@@ -421,6 +421,10 @@ class Repository:
                 ).scalars()
             )
             turns_deleted = turns_updated = contexts_deleted = orphans = 0
+            if with_turns:
+                # Turns whose extraction failed name nobody yet; a later reextract would
+                # bring the entity back from them.
+                turn_ids += self._failed_turns_mentioning(connection, session_id, key, normalize)
             if with_turns and turn_ids:
                 contexts_deleted, orphans = self._delete_turn_snippets(
                     connection, turn_ids, entity.id
@@ -438,6 +442,21 @@ class Repository:
             )
 
         return self.store.run_write(work)
+
+    @staticmethod
+    def _failed_turns_mentioning(
+        connection: Connection, session_id: str, key: str, normalize: bool
+    ) -> list[int]:
+        failed = connection.execute(
+            sa.select(turns.c.id, turns.c.input_text, turns.c.output_text)
+            .join(extractions, extractions.c.turn_id == turns.c.id)
+            .where(extractions.c.session_id == session_id, extractions.c.status == "failed")
+        )
+        return [
+            row.id
+            for row in failed
+            if key in name_key(f"{row.input_text} {row.output_text}", normalize=normalize)
+        ]
 
     def _delete_turn_snippets(
         self, connection: Connection, turn_ids: list[int], forgotten_id: int
@@ -563,14 +582,6 @@ class Repository:
         with self.store.read() as connection:
             return self._recent(connection, entity_id, limit)
 
-    def count_contexts(self, entity_id: int) -> int:
-        with self.store.read() as connection:
-            return int(
-                connection.execute(
-                    sa.select(sa.func.count()).where(contexts.c.entity_id == entity_id)
-                ).scalar_one()
-            )
-
     def entity_details(
         self, session_id: str, key: str, limit: int
     ) -> tuple[EntityRecord, int, list[str]] | None:
@@ -633,36 +644,36 @@ class Repository:
             ).one()
         return SessionStats(int(row[0]), int(row[1]), int(row[2]))
 
-    def turns_page(self, session_id: str, offset: int, limit: int) -> list[TurnRecord]:
-        """Turns in saved order, ``limit`` of them from position ``offset``."""
-        query = (
-            sa.select(turns.c.id, turns.c.input_text, turns.c.output_text, turns.c.entity_names)
-            .where(turns.c.session_id == session_id)
-            .order_by(turns.c.id)
-            .offset(offset)
-            .limit(limit)
-        )
+    _TURN_COLUMNS = (turns.c.id, turns.c.input_text, turns.c.output_text, turns.c.entity_names)
+
+    def _turns(self, query: Any) -> list[TurnRecord]:
         with self.store.read() as connection:
             rows = connection.execute(query).all()
         return [TurnRecord(r.id, r.input_text, r.output_text, list(r.entity_names)) for r in rows]
 
+    def turns_page(
+        self, session_id: str, offset: int, limit: int, *, newest_first: bool = False
+    ) -> list[TurnRecord]:
+        """``limit`` turns from position ``offset``, in saved order (or counting from the
+        newest turn, for negative indexes)."""
+        order = turns.c.id.desc() if newest_first else turns.c.id
+        query = sa.select(*self._TURN_COLUMNS).where(turns.c.session_id == session_id)
+        return self._turns(query.order_by(order).offset(offset).limit(limit))
+
     def iter_turns(self, session_id: str) -> Iterator[TurnRecord]:
+        """The session's turns in saved order, fetched a page at a time."""
         after = 0
         while True:
-            query = (
-                sa.select(turns.c.id, turns.c.input_text, turns.c.output_text, turns.c.entity_names)
+            page = self._turns(
+                sa.select(*self._TURN_COLUMNS)
                 .where(turns.c.session_id == session_id, turns.c.id > after)
                 .order_by(turns.c.id)
                 .limit(PAGE_SIZE)
             )
-            with self.store.read() as connection:
-                rows = connection.execute(query).all()
-            yield from (
-                TurnRecord(r.id, r.input_text, r.output_text, list(r.entity_names)) for r in rows
-            )
-            if len(rows) < PAGE_SIZE:
+            yield from page
+            if len(page) < PAGE_SIZE:
                 return
-            after = rows[-1].id
+            after = page[-1].id
 
     def sessions(self) -> list[SessionSummary]:
         """Every session that holds turns or entities, by session id."""
