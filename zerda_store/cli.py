@@ -18,11 +18,11 @@ from sqlalchemy.exc import DBAPIError
 from tqdm import tqdm
 
 from . import migrate
+from .admin import AdminRepository
 from .demo import run_demo
 from .engine import DATABASE_URL_ENV, Store, StoreError
 from .extraction import StanzaExtractor
 from .memory import ConversationEntityMemory, checked_session_id
-from .repository import Repository
 from .transfer import read_session, write_session
 
 
@@ -57,9 +57,9 @@ class Context:
                 return memory
         raise LookupError(f"no entity {name!r} in session {session_id!r}")
 
-    def repository(self) -> Repository:
+    def repository(self) -> AdminRepository:
         migrate.ensure_schema(self.store, auto_migrate=None)
-        return Repository(self.store)
+        return AdminRepository(self.store)
 
     def close(self) -> None:
         if self._store is not None:
@@ -369,7 +369,7 @@ def copy(obj: Context, destination: str, session_id: str | None) -> None:
         _require_session(obj, session_id)
     with Store(destination) as target_store:
         migrate.ensure_schema(target_store, auto_migrate=None)
-        target = Repository(target_store)
+        target = AdminRepository(target_store)
         copied = skipped = 0
         for current in tqdm(ids, desc="copy", unit=" sessions", disable=None, file=sys.stderr):
             if target.session_exists(current):
