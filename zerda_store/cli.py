@@ -23,6 +23,7 @@ from .demo import run_demo
 from .engine import DATABASE_URL_ENV, Store, StoreError
 from .extraction import StanzaExtractor
 from .memory import ConversationEntityMemory, checked_session_id
+from .names import name_key
 from .transfer import read_session, write_session
 
 
@@ -47,15 +48,19 @@ class Context:
         return ConversationEntityMemory(store=self.store, session_id=session_id)
 
     def memory_knowing(self, session_id: str, name: str) -> ConversationEntityMemory:
-        """The session's memory in which NAME is an entity: with normalized keys, else with
-        exact keys (a session written with normalize_names=False)."""
-        for normalize in (True, False):
-            memory = ConversationEntityMemory(
-                store=self.store, session_id=session_id, normalize_names=normalize
-            )
-            if name in memory.entity_store:
-                return memory
-        raise LookupError(f"no entity {name!r} in session {session_id!r}")
+        """The session's memory, with the session's own key mode, in which NAME is an
+        entity. A session written with normalize_names=False has keys that are not
+        normalized (it may hold both "Sarah" and "sarah"); its names match exactly."""
+        normalized = all(
+            entity.key == name_key(entity.name)
+            for entity in self.repository().iter_entities(session_id)
+        )
+        memory = ConversationEntityMemory(
+            store=self.store, session_id=session_id, normalize_names=normalized
+        )
+        if name not in memory.entity_store:
+            raise LookupError(f"no entity {name!r} in session {session_id!r}")
+        return memory
 
     def repository(self) -> AdminRepository:
         migrate.ensure_schema(self.store, auto_migrate=None)

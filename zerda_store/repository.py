@@ -7,6 +7,7 @@ so that two turns naming the same entities cannot deadlock each other.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -434,10 +435,12 @@ class Repository:
             .join(extractions, extractions.c.turn_id == turns.c.id)
             .where(extractions.c.session_id == session_id, extractions.c.status == "failed")
         )
+        # The name as whole words: "Ann" is not in "annual".
+        pattern = re.compile(rf"(?<!\w){re.escape(key)}(?!\w)")
         return [
             row.id
             for row in failed
-            if key in name_key(f"{row.input_text} {row.output_text}", normalize=normalize)
+            if pattern.search(name_key(f"{row.input_text} {row.output_text}", normalize=normalize))
         ]
 
     def _delete_turn_snippets(
