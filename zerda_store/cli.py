@@ -207,7 +207,7 @@ def sessions(obj: Context, as_json: bool) -> None:
 
 
 def _require_session(obj: Context, session_id: str) -> None:
-    if not any(s.session_id == session_id for s in obj.repository().sessions()):
+    if not obj.repository().session_exists(session_id):
         raise LookupError(f"no session {session_id!r} in this database")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -293,6 +294,8 @@ class Store:
                 if attempt == WRITE_ATTEMPTS or not _is_retryable(exc):
                     raise
                 logger.warning("retrying a write transaction after %s", type(exc.orig).__name__)
+                # Two turns that just deadlocked should not collide again at once.
+                time.sleep(random.uniform(0, 0.01 * 2**attempt))
         raise AssertionError("unreachable")
 
     def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
