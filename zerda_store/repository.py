@@ -118,6 +118,18 @@ def _dialect_insert(dialect: str) -> Any:
     raise StoreError(f"unsupported database {dialect!r}: zerda_store runs on SQLite and Postgres")
 
 
+def _ledger_values(outcome: Outcome, entity_count: int, at: float) -> dict[str, Any]:
+    """The ledger columns that say how an extraction went."""
+    return {
+        "extractor": outcome.extractor,
+        "status": outcome.status,
+        "error": outcome.error,
+        "latency_ms": outcome.latency * 1000,
+        "entity_count": entity_count,
+        "updated_at": at,
+    }
+
+
 def _entity(row: Any) -> EntityRecord:
     return EntityRecord(
         row.id, row.name, row.name_key, row.entity_type, row.first_seen, row.last_seen
@@ -298,13 +310,8 @@ class Repository:
         return {
             "session_id": session_id,
             "turn_id": turn_id,
-            "extractor": turn.outcome.extractor[:64],
-            "status": turn.outcome.status,
-            "error": turn.outcome.error,
-            "latency_ms": turn.outcome.latency * 1000,
-            "entity_count": len(turn.mentions),
             "attempts": 1,
-            "updated_at": turn.created_at,
+            **_ledger_values(turn.outcome, len(turn.mentions), turn.created_at),
         }
 
     def _attach(
@@ -708,13 +715,8 @@ class Repository:
                 extractions.update()
                 .where(extractions.c.turn_id == turn.id)
                 .values(
-                    extractor=outcome.extractor[:64],
-                    status=outcome.status,
-                    error=outcome.error,
-                    latency_ms=outcome.latency * 1000,
-                    entity_count=len(mentions),
                     attempts=extractions.c.attempts + 1,
-                    updated_at=at,
+                    **_ledger_values(outcome, len(mentions), at),
                 )
             )
             return True
