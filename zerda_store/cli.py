@@ -80,9 +80,7 @@ class _Group(click.Group):
             raise click.ClickException(str(message)) from None
         except DBAPIError as exc:
             store = ctx.obj.store_if_open if isinstance(ctx.obj, Context) else None
-            detail = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-            if store is not None and store.url.password:
-                detail = detail.replace(str(store.url.password), "***")
+            detail = store.describe(exc) if store is not None else type(exc).__name__
             raise click.ClickException(f"database error: {detail}") from None
 
 

@@ -217,6 +217,7 @@ class Store:
         self.close()
 
     def close(self) -> None:
+        """Close the pool's connections; the store cannot be used afterwards."""
         self.closed = True
         self.engine.dispose()
 
@@ -240,7 +241,8 @@ class Store:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        """A connection in a read transaction (one snapshot), rolled back at the end."""
+        """A connection in a read transaction, rolled back at the end (on SQLite one
+        snapshot; on Postgres, at READ COMMITTED, each statement sees its own)."""
         with self.connect() as connection, connection.begin():
             yield connection
 
@@ -298,9 +300,16 @@ class Store:
                 time.sleep(random.uniform(0, 0.01 * 2**attempt))
         raise AssertionError("unreachable")
 
-    def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
-        detail = str(getattr(exc, "orig", exc)).strip().splitlines()
+    def describe(self, exc: BaseException) -> str:
+        """The first line of a driver error, with this store's password masked."""
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         reason = detail[0] if detail else type(exc).__name__
         if self.url.password:
             reason = reason.replace(str(self.url.password), "***")
-        return DatabaseUnavailableError(f"cannot connect to {safe_url(self.url)}: {reason}")
+        return reason
+
+    def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
+        """The error to raise when the database cannot be reached."""
+        return DatabaseUnavailableError(
+            f"cannot connect to {safe_url(self.url)}: {self.describe(exc)}"
+        )

@@ -24,7 +24,7 @@ from .extraction import (
     LLMExtractor,
     StanzaExtractor,
 )
-from .names import name_key, unique_by_key
+from .names import UNKNOWN_TYPE, name_key
 from .repository import (
     EntityRecord,
     ForgetReceipt,
@@ -33,6 +33,7 @@ from .repository import (
     Outcome,
     Repository,
     TurnRecord,
+    turn_text,
 )
 
 RECALL_LIMIT = 3
@@ -269,22 +270,23 @@ class ConversationEntityMemory:
         return self._extract(text).names
 
     def _mentions(self, result: ExtractionResult) -> list[Mention]:
-        kinds: dict[str, str] = {}
+        """One mention per entity, in extraction order: the first form of the name, and
+        the first type known for it."""
+        mentions: dict[str, Mention] = {}
         for entity in result.entities:
             key = name_key(entity.name, normalize=self.normalize_names)
-            if kinds.get(key, "unknown") == "unknown":
-                kinds[key] = entity.entity_type
-        return [
-            Mention(name, key, kinds[key])
-            for name, key in unique_by_key(result.names, normalize=self.normalize_names)
-        ]
+            first = mentions.get(key)
+            if not key or (first and first.entity_type != UNKNOWN_TYPE):
+                continue
+            mentions[key] = Mention(first.name if first else entity.name, key, entity.entity_type)
+        return list(mentions.values())
 
     # -- the original API ---------------------------------------------------------------
 
     def _turn(self, inputs: object, outputs: object, idempotency_key: str | None) -> NewTurn:
         input_text = _mapping_text(inputs, self.input_key, "inputs")
         output_text = _mapping_text(outputs, self.output_key, "outputs")
-        result = self._extract(f"{input_text} {output_text}")
+        result = self._extract(turn_text(input_text, output_text))
         return NewTurn(
             input_text,
             output_text,

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
 
 MAX_NAME_LENGTH = 256
+# The type of an entity whose kind no extractor has told.
+UNKNOWN_TYPE = "unknown"
 
 # Arabic harakat, Quranic annotation marks, superscript alef, and tatweel.
 _ARABIC_MARKS = re.compile("[\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0640]")
@@ -40,13 +41,3 @@ def name_key(name: str, *, normalize: bool = True) -> str:
     text = unicodedata.normalize("NFKC", name).casefold()
     text = _ARABIC_MARKS.sub("", text).translate(_ALEF_FORMS)
     return " ".join(text.split())
-
-
-def unique_by_key(names: Iterable[str], *, normalize: bool = True) -> list[tuple[str, str]]:
-    """``(name, key)`` pairs, one per key, in first-mention order."""
-    seen: dict[str, str] = {}
-    for name in names:
-        key = name_key(name, normalize=normalize)
-        if key and key not in seen:
-            seen[key] = name
-    return [(name, key) for key, name in seen.items()]

@@ -17,13 +17,17 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from .engine import Store, StoreError
-from .names import name_key
+from .names import UNKNOWN_TYPE, name_key
 from .schema import contexts, entities, extractions, turns
 
-UNKNOWN_TYPE = "unknown"
 PAGE_SIZE = 500
 # Keys recalled by one statement on SQLite (one UNION ALL branch each); more take several.
 RECALL_CHUNK = 8
+
+
+def turn_text(input_text: str, output_text: str) -> str:
+    """A turn as one text, as the original extracts from and stores it: input, space, output."""
+    return f"{input_text} {output_text}"
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class NewTurn:
 
     @property
     def text(self) -> str:
-        return f"{self.input_text} {self.output_text}"
+        return turn_text(self.input_text, self.output_text)
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ class PendingTurn:
 
     @property
     def text(self) -> str:
-        return f"{self.input_text} {self.output_text}"
+        return turn_text(self.input_text, self.output_text)
 
 
 @dataclass(frozen=True)

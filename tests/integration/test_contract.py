@@ -1049,3 +1049,19 @@ def test_forgetting_with_turns_removes_entities_known_only_from_those_turns(make
     }
     assert memory.list_entities() == ["Sarah"]
     assert memory.get_entity_info("Sarah")["contexts_count"] == 2
+
+
+def test_a_turn_keeps_the_first_spelling_and_the_first_known_type(make_memory):
+    class Typed:
+        name = "typed"
+
+        def extract(self, text):
+            return [("zed", "unknown"), ("Alice", "PERSON"), ("ZED", "ORG"), ("alice ", "GPE")]
+
+    memory = make_memory(extractor=Typed())
+    say(memory, "zed and Alice")
+
+    assert memory.list_entities() == ["zed", "Alice"]
+    assert memory.chat_memory[0]["entities"] == ["zed", "Alice"]
+    assert memory.get_entity_info("Zed")["type"] == "ORG"
+    assert memory.get_entity_info("alice")["type"] == "PERSON"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from zerda_store.names import is_acceptable_name, name_key, unique_by_key
+from zerda_store.names import is_acceptable_name, name_key
 
 
 @pytest.mark.parametrize(
@@ -31,14 +31,6 @@ def test_different_names_keep_different_keys():
 def test_without_normalization_the_name_is_its_own_key():
     assert name_key("Sarah ", normalize=False) == "Sarah "
     assert name_key("Sarah", normalize=False) != name_key("sarah", normalize=False)
-
-
-def test_unique_by_key_keeps_the_first_form_in_mention_order():
-    assert unique_by_key(["Zed", "alice", "Alice ", "zed", "Bob"]) == [
-        ("Zed", "zed"),
-        ("alice", "alice"),
-        ("Bob", "bob"),
-    ]
 
 
 def test_names_over_256_code_points_or_with_control_characters_are_refused():
