@@ -104,6 +104,11 @@ class Floor:
         return statement
 
     def save(self, session_id: str, turn: Turn) -> int:
+        """One turn in its own transaction."""
+        return self.save_many(session_id, [turn])[0]
+
+    def save_many(self, session_id: str, turns: Sequence[Turn]) -> list[int]:
+        """Turns in one transaction, each with the statements of a single save."""
         raise NotImplementedError
 
     def recall(self, session_id: str, keys: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -131,28 +136,33 @@ class SqliteFloor(Floor):
         ):
             self.db.execute(pragma)
 
-    def save(self, session_id: str, turn: Turn) -> int:
+    def save_many(self, session_id: str, turns: Sequence[Turn]) -> list[int]:
         db = self.db
-        at = time.time()
         db.execute("BEGIN IMMEDIATE")
         try:
-            names = json.dumps(list(turn.names))
-            row = (session_id, turn.input_text, turn.output_text, names, at, None)
-            turn_id = db.execute(INSERT_TURN, row).fetchone()[0]
-            flat = _entity_rows(session_id, turn_id, turn, at)
-            ids = dict(db.execute(upsert_entities_sql(len(turn.names)), flat).fetchall())
-            by_key = {key: entity_id for entity_id, key in ids.items()}
-            text = turn.text
-            db.executemany(
-                insert_contexts_sql(1),
-                [(session_id, by_key[KEYS[name]], turn_id, turn_id, text) for name in turn.names],
-            )
-            if self.ledger:
-                db.execute(INSERT_LEDGER, (session_id, turn_id, len(turn.names), at))
+            ids = [self._save(session_id, turn) for turn in turns]
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        return ids
+
+    def _save(self, session_id: str, turn: Turn) -> int:
+        db = self.db
+        at = time.time()
+        names = json.dumps(list(turn.names))
+        row = (session_id, turn.input_text, turn.output_text, names, at, None)
+        turn_id = db.execute(INSERT_TURN, row).fetchone()[0]
+        flat = _entity_rows(session_id, turn_id, turn, at)
+        ids = dict(db.execute(upsert_entities_sql(len(turn.names)), flat).fetchall())
+        by_key = {key: entity_id for entity_id, key in ids.items()}
+        text = turn.text
+        db.executemany(
+            insert_contexts_sql(1),
+            [(session_id, by_key[KEYS[name]], turn_id, turn_id, text) for name in turn.names],
+        )
+        if self.ledger:
+            db.execute(INSERT_LEDGER, (session_id, turn_id, len(turn.names), at))
         return int(turn_id)
 
     def recall(self, session_id: str, keys: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -196,30 +206,32 @@ class PostgresFloor(Floor):
         # psycopg sends a str with no type, so Postgres casts it into the json column.
         return statement.replace("?", "%s")
 
-    def save(self, session_id: str, turn: Turn) -> int:
+    def save_many(self, session_id: str, turns: Sequence[Turn]) -> list[int]:
         db = self.db
-        at = time.time()
         with db.cursor() as cursor:
             try:
-                names = json.dumps(list(turn.names))
-                row = (session_id, turn.input_text, turn.output_text, names, at, None)
-                turn_id = cursor.execute(self._pg(INSERT_TURN), row).fetchone()[0]  # type: ignore[index]
-                flat = _entity_rows(session_id, turn_id, turn, at)
-                cursor.execute(self._pg(upsert_entities_sql(len(turn.names))), flat)
-                by_key = {key: entity_id for entity_id, key in cursor.fetchall()}
-                text = turn.text
-                snippets: list[Any] = []
-                for name in turn.names:
-                    snippets += [session_id, by_key[KEYS[name]], turn_id, turn_id, text]
-                cursor.execute(self._pg(insert_contexts_sql(len(turn.names))), snippets)
-                if self.ledger:
-                    cursor.execute(
-                        self._pg(INSERT_LEDGER), (session_id, turn_id, len(turn.names), at)
-                    )
+                ids = [self._save(cursor, session_id, turn) for turn in turns]
                 db.commit()
             except BaseException:
                 db.rollback()
                 raise
+        return ids
+
+    def _save(self, cursor: Any, session_id: str, turn: Turn) -> int:
+        at = time.time()
+        names = json.dumps(list(turn.names))
+        row = (session_id, turn.input_text, turn.output_text, names, at, None)
+        turn_id = cursor.execute(self._pg(INSERT_TURN), row).fetchone()[0]
+        flat = _entity_rows(session_id, turn_id, turn, at)
+        cursor.execute(self._pg(upsert_entities_sql(len(turn.names))), flat)
+        by_key = {key: entity_id for entity_id, key in cursor.fetchall()}
+        text = turn.text
+        snippets: list[Any] = []
+        for name in turn.names:
+            snippets += [session_id, by_key[KEYS[name]], turn_id, turn_id, text]
+        cursor.execute(self._pg(insert_contexts_sql(len(turn.names))), snippets)
+        if self.ledger:
+            cursor.execute(self._pg(INSERT_LEDGER), (session_id, turn_id, len(turn.names), at))
         return int(turn_id)
 
     def recall(self, session_id: str, keys: Sequence[str]) -> list[tuple[str, list[str]]]:

@@ -61,13 +61,16 @@ def by_layer(stats: pstats.Stats) -> list[tuple[str, float]]:
 
 
 def count_statements(engine: sa.Engine) -> Counter[str]:
-    """Counts what the engine sends, by the statement's first word."""
+    """Counts what the engine's dialect hands to the driver, by the statement's first word
+    (both SQLAlchemy's execution and zerda_store's compiled statements call ``do_execute``)."""
     counts: Counter[str] = Counter()
+    execute = engine.dialect.do_execute
 
-    @sa.event.listens_for(engine, "before_cursor_execute")
-    def _count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+    def do_execute(cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
         counts[statement.split(None, 1)[0].upper()] += 1
+        execute(cursor, statement, parameters, context)
 
+    engine.dialect.do_execute = do_execute  # type: ignore[method-assign]
     return counts
 
 

@@ -137,10 +137,12 @@ def save_and_load(dbs: Databases, turn_count: int, rounds: int) -> list[Figure]:
 
 
 def bulk_import(dbs: Databases, turn_count: int, rounds: int) -> list[Figure]:
-    """(c): save_contexts against a save_context loop, same turns, two sessions."""
+    """(c): save_contexts against a save_context loop, same turns, two sessions; and
+    against the floor's bulk (a save's statements for every turn, in one transaction)."""
     database = dbs.get("zerda")
     bulk = ZerdaTurns(database, "bulk")
     loop = ZerdaTurns(database, "loop")
+    floor = open_floor(dbs.get("floor"))
     blocks = _blocks(make_turns(turn_count, seed=3), rounds)
     try:
 
@@ -149,22 +151,33 @@ def bulk_import(dbs: Databases, turn_count: int, rounds: int) -> list[Figure]:
             bulk.save_many(blocks[r])
             return (time.perf_counter() - started) / len(blocks[r])
 
+        def floor_block(r: int) -> float:
+            started = time.perf_counter()
+            floor.save_many("bulk", blocks[r])
+            return (time.perf_counter() - started) / len(blocks[r])
+
         samples = interleaved(
-            {"bulk": import_block, "loop": lambda r: _timed_block(loop.save, blocks[r])},
+            {
+                "bulk": import_block,
+                "loop": lambda r: _timed_block(loop.save, blocks[r]),
+                "floor": floor_block,
+            },
             rounds,
         )
     finally:
         bulk.close()
         loop.close()
+        floor.close()
     same = session_rows(database, "bulk") == session_rows(database, "loop")
     per_round = [
         loop / bulk
         for loop, bulk in zip(samples["loop"].values, samples["bulk"].values, strict=True)
     ]
+    what = f"save_contexts per turn ({len(blocks[0])} turns a call)"
     figure = ratio_figure(
         "c",
         dbs.backend,
-        f"save_contexts per turn ({len(blocks[0])} turns a call)",
+        what,
         samples["bulk"],
         samples["loop"],
         "save_context loop",
@@ -175,7 +188,10 @@ def bulk_import(dbs: Databases, turn_count: int, rounds: int) -> list[Figure]:
     figure.target = f"loop ≥ {BULK_SPEED_UP_TARGET:g}× slower"
     figure.met = figure.ratio >= BULK_SPEED_UP_TARGET and same
     figure.note += f"; ratio is loop/bulk, {min(per_round):.1f}…{max(per_round):.1f}× by round"
-    return [figure]
+    against_floor = ratio_figure(
+        "c", dbs.backend, what, samples["bulk"], samples["floor"], "floor bulk"
+    )
+    return [figure, against_floor]
 
 
 def session_rows(database: Database, session_id: str) -> dict[str, list[tuple[Any, ...]]]:

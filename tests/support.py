@@ -1,10 +1,14 @@
-"""Test doubles shared by the suites."""
+"""Test doubles and driver hooks shared by the suites."""
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
 
 
 class KeywordLLM:
@@ -55,3 +59,59 @@ class BrokenLLM:
     def generate(self, prompt: str, max_tokens: int = 256) -> str:
         self.calls += 1
         raise self.error
+
+
+@contextmanager
+def driver_calls(
+    engine: sa.Engine,
+    *,
+    before_statement: Callable[[Any, str, Any], None] | None = None,
+    before_commit: Callable[[Any], None] | None = None,
+) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement the engine's dialect hands to the driver inside the block, with its
+    parameters: both SQLAlchemy's execution and zerda_store's compiled hot path call the
+    dialect's ``do_execute`` and ``do_commit``. ``before_statement(cursor, statement,
+    parameters)`` and ``before_commit(pooled_connection)`` run first and may raise, to
+    inject a fault at that point."""
+    dialect = engine.dialect
+    sent: list[tuple[str, Any]] = []
+    execute, execute_no_params, commit = (
+        dialect.do_execute,
+        dialect.do_execute_no_params,
+        dialect.do_commit,
+    )
+
+    def seen(cursor: Any, statement: str, parameters: Any) -> None:
+        sent.append((statement, parameters))
+        if before_statement is not None:
+            before_statement(cursor, statement, parameters)
+
+    def do_execute(cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
+        seen(cursor, statement, parameters)
+        execute(cursor, statement, parameters, context)
+
+    def do_execute_no_params(cursor: Any, statement: str, context: Any = None) -> None:
+        seen(cursor, statement, None)
+        execute_no_params(cursor, statement, context)
+
+    def do_commit(connection: Any) -> None:
+        if before_commit is not None:
+            before_commit(connection)
+        commit(connection)
+
+    hooks = {
+        "do_execute": do_execute,
+        "do_execute_no_params": do_execute_no_params,
+        "do_commit": do_commit,
+    }
+    own = {name: vars(dialect)[name] for name in hooks if name in vars(dialect)}
+    for name, hook in hooks.items():
+        setattr(dialect, name, hook)
+    try:
+        yield sent
+    finally:
+        for name in hooks:
+            if name in own:
+                setattr(dialect, name, own[name])
+            else:
+                delattr(dialect, name)

@@ -177,14 +177,12 @@ class AdminRepository(Repository):
                 }
                 for r in sorted(entity_records, key=lambda r: r["name_key"])
             ]
-            entity_ids: dict[str, int] = {}
-            if entity_rows:
-                for row in connection.execute(self._upsert_entities, entity_rows):
-                    entity_ids[row.name_key] = row.id
+            driver = self.driver(connection)
+            entity_ids = self.upsert_entities(driver, entity_rows)
             by_old_entity = {r["id"]: entity_ids[r["name_key"]] for r in entity_records}
             if context_records:
-                connection.execute(
-                    self._insert_contexts,
+                self.insert_contexts(
+                    driver,
                     [
                         {
                             "session_id": session_id,
@@ -239,7 +237,8 @@ class AdminRepository(Repository):
             }
             for r in records
         ]
-        new_ids = [int(i) for i in connection.execute(self._insert_turns, rows).scalars()]
+        driver = self.driver(connection)
+        new_ids = self.insert_turns(driver, rows)
         outcomes = [
             {
                 "session_id": session_id,
@@ -254,7 +253,7 @@ class AdminRepository(Repository):
             }
             for r, new_id in zip(records, new_ids, strict=True)
         ]
-        connection.execute(self._insert_outcomes, outcomes)
+        self.insert_outcomes(driver, outcomes)
         return {r["id"]: new_id for r, new_id in zip(records, new_ids, strict=True)}
 
 

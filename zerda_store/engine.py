@@ -17,12 +17,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
+
+from .driver import DriverCursor
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ MIN_SQLITE_VERSION = (3, 35, 0)
 
 Durability = Literal["full", "normal"]
 T = TypeVar("T")
+C = TypeVar("C")
 
 # Postgres SQLSTATEs after which the whole transaction was rolled back and may be run again.
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}
@@ -54,6 +57,14 @@ class DatabaseUnavailableError(StoreError):
 
 class CommitOutcomeUnknownError(StoreError):
     """The connection was lost while committing, so whether the write landed is unknown."""
+
+
+class _LostCommit(Exception):
+    """Raised inside one attempt: the connection died during COMMIT."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class SchemaNotCurrentError(StoreError):
@@ -129,7 +140,7 @@ def create_store_engine(url: URL, *, durability: Durability = "full") -> Engine:
 
 
 def _ping_on_checkout(engine: Engine) -> None:
-    """``pool_pre_ping``, skipped for :meth:`Store.run_write` and :meth:`Store.run_read`:
+    """``pool_pre_ping``, skipped for :meth:`Store.run_write` and the driver-level units of work:
     they meet a dead connection at their first statement and run again whole."""
 
     @event.listens_for(engine, "checkout")
@@ -227,17 +238,19 @@ class Store:
 
         ``ping=False`` skips the Postgres liveness check, for callers that run again whole
         when the connection turns out dead."""
+        with self._checked_out(self.engine.connect, ping=ping) as connection:
+            yield connection
+
+    def _checked_out(self, open_connection: Callable[[], C], *, ping: bool) -> C:
         if self.closed:
             raise StoreError("this store is closed")
         token = _NO_PING.set(not ping)
         try:
-            connection = self.engine.connect()
+            return open_connection()
         except DBAPIError as exc:
             raise self.unavailable(exc) from None
         finally:
             _NO_PING.reset(token)
-        with connection:
-            yield connection
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -246,30 +259,6 @@ class Store:
         with self.connect() as connection, connection.begin():
             yield connection
 
-    @contextmanager
-    def single_statement(self) -> Iterator[Connection]:
-        """A connection for one statement, with no BEGIN/COMMIT around it: a single
-        statement is atomic and sees one snapshot by itself (on Postgres this saves the
-        round trips of BEGIN and COMMIT)."""
-        with self.connect(ping=False) as connection:
-            if self.dialect == "sqlite":
-                connection.execution_options(sqlite_begin=None)
-            else:
-                connection.execution_options(isolation_level="AUTOCOMMIT")
-            yield connection
-
-    def run_read(self, work: Callable[[Connection], T]) -> T:
-        """Run ``work``, one read statement, outside an explicit transaction; again on a
-        fresh connection if the pooled one turned out dead."""
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                with self.single_statement() as connection:
-                    return work(connection)
-            except DBAPIError as exc:
-                if attempt == WRITE_ATTEMPTS or not exc.connection_invalidated:
-                    raise
-        raise AssertionError("unreachable")
-
     def run_write(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one write transaction, again from scratch after a deadlock,
         a serialization failure or a connection lost before the commit.
@@ -277,7 +266,8 @@ class Store:
         A connection lost during the COMMIT itself is not retried: the server may have
         committed, so running the work again could store it twice.
         """
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
+
+        def attempt() -> T:
             work_done = False
             try:
                 with self.connect(ping=False) as connection:
@@ -288,17 +278,88 @@ class Store:
                 return result
             except DBAPIError as exc:
                 if work_done and exc.connection_invalidated:
-                    raise CommitOutcomeUnknownError(
-                        f"the connection to {safe_url(self.url)} was lost during a commit: "
-                        "the write may or may not be stored (pass idempotency_key= to make "
-                        "a retry safe)"
-                    ) from exc
-                if attempt == WRITE_ATTEMPTS or not _is_retryable(exc):
+                    raise _LostCommit(exc) from exc
+                raise
+
+        return self._with_retries(attempt, _is_retryable)
+
+    def run_driver_write(self, work: Callable[[DriverCursor], T]) -> T:
+        """:meth:`run_write` for compiled statements on the driver's cursor
+        (:mod:`zerda_store.driver`): the same transaction, retries and errors."""
+        return self._with_retries(lambda: self._on_driver(work, write=True), _is_retryable)
+
+    def run_driver_read(self, work: Callable[[DriverCursor], T]) -> T:
+        """Run ``work``, one read statement, outside an explicit transaction (a single
+        statement is atomic and sees one snapshot by itself; on Postgres this saves the
+        round trips of BEGIN and COMMIT); again on a fresh connection if the pooled one
+        turned out dead."""
+        return self._with_retries(
+            lambda: self._on_driver(work, write=False), lambda exc: exc.connection_invalidated
+        )
+
+    def _with_retries(self, attempt: Callable[[], T], retryable: Callable[[DBAPIError], bool]) -> T:
+        for number in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                return attempt()
+            except _LostCommit as lost:
+                raise CommitOutcomeUnknownError(
+                    f"the connection to {safe_url(self.url)} was lost during a commit: "
+                    "the write may or may not be stored (pass idempotency_key= to make "
+                    "a retry safe)"
+                ) from lost.error
+            except DBAPIError as exc:
+                if number == WRITE_ATTEMPTS or not retryable(exc):
                     raise
-                logger.warning("retrying a write transaction after %s", type(exc.orig).__name__)
+                logger.warning("running a unit of work again after %s", type(exc.orig).__name__)
                 # Two turns that just deadlocked should not collide again at once.
-                time.sleep(random.uniform(0, 0.01 * 2**attempt))
+                time.sleep(random.uniform(0, 0.01 * 2**number))
         raise AssertionError("unreachable")
+
+    def _on_driver(self, work: Callable[[DriverCursor], T], *, write: bool) -> T:
+        """One attempt of ``work`` on a pooled driver connection. Driver errors come out
+        as SQLAlchemy's :class:`DBAPIError` subclasses, as on the Core path; a connection
+        found dead is dropped from the pool."""
+        dialect = self.engine.dialect
+        connection = self._checked_out(self.engine.raw_connection, ping=False)
+        dbapi_connection = connection.dbapi_connection
+        cursor = None
+        autocommit = not write and self.dialect == "postgresql"
+        committing = False
+        try:
+            if autocommit:
+                dbapi_connection.autocommit = True  # type: ignore[union-attr]
+            cursor = connection.cursor()
+            driver = DriverCursor(dialect, cursor)
+            if write and self.dialect == "sqlite":
+                driver.execute_sql("BEGIN IMMEDIATE")
+            result = work(driver)
+            if write:
+                committing = True
+                dialect.do_commit(connection)
+            return result
+        except dialect.loaded_dbapi.Error as orig:
+            lost = dialect.is_disconnect(orig, dbapi_connection, cursor)
+            if lost:
+                connection.invalidate(orig)
+            error = cast(
+                DBAPIError,
+                DBAPIError.instance(
+                    None,
+                    None,
+                    orig,
+                    dialect.loaded_dbapi.Error,
+                    connection_invalidated=lost,
+                    dialect=dialect,
+                ),
+            )
+            if committing and lost:
+                raise _LostCommit(error) from orig
+            raise error from orig
+        finally:
+            if autocommit and connection.is_valid:
+                dbapi_connection.autocommit = False  # type: ignore[union-attr]
+            # Back to the pool, which rolls back whatever this attempt left open.
+            connection.close()
 
     def describe(self, exc: BaseException) -> str:
         """The first line of a driver error, with this store's password masked."""

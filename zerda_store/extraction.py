@@ -8,9 +8,9 @@ counted result so that a chat turn is never lost to an extraction error.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -170,16 +170,17 @@ class ModelNotAvailableError(RuntimeError):
     """The stanza model for the requested language is not installed."""
 
 
+# Control characters other than newline and tab, and lone surrogates.
+_UNSTORABLE_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
 def _storable(text: str, limit: int = MAX_TYPE_LENGTH) -> str:
     """Text that every backend can store: control characters other than newlines and
     tabs, and lone surrogates, are escaped; at most ``limit`` characters."""
-    cleaned = "".join(
-        ch.encode("unicode_escape").decode("ascii")
-        if unicodedata.category(ch) in ("Cc", "Cs") and ch not in "\n\t"
-        else ch
-        for ch in text
+    escaped = _UNSTORABLE_IN_TEXT.sub(
+        lambda found: found.group().encode("unicode_escape").decode("ascii"), text
     )
-    return cleaned[:limit]
+    return escaped[:limit]
 
 
 def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[ExtractedEntity]:

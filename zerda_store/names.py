@@ -6,6 +6,7 @@ as first seen is kept separately for display.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -13,6 +14,8 @@ MAX_NAME_LENGTH = 256
 # The type of an entity whose kind no extractor has told.
 UNKNOWN_TYPE = "unknown"
 
+# Control characters (Unicode category Cc) and lone surrogates (Cs).
+_UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 # Arabic harakat, Quranic annotation marks, superscript alef, and tatweel.
 _ARABIC_MARKS = re.compile("[\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0640]")
 _ALEF_FORMS = str.maketrans(
@@ -25,9 +28,11 @@ def is_acceptable_name(name: str) -> bool:
     no lone surrogates (which no database can store as UTF-8)."""
     if not name or len(name) > MAX_NAME_LENGTH:
         return False
-    return not any(unicodedata.category(ch) in ("Cc", "Cs") for ch in name)
+    return _UNSTORABLE.search(name) is None
 
 
+# A CRM's assistant meets the same few thousand names again and again.
+@functools.lru_cache(maxsize=8192)
 def name_key(name: str, *, normalize: bool = True) -> str:
     """The identity of an entity name.
 

@@ -7,22 +7,67 @@ so that two turns naming the same entities cannot deadlock each other.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 
+from .driver import CompiledStatement, DriverCursor, compile_statement
 from .engine import Store, StoreError
 from .names import UNKNOWN_TYPE, name_key
 from .schema import contexts, entities, extractions, turns
 
 PAGE_SIZE = 500
+# Rows a multi-row INSERT carries at most (8 columns × 64 stays under every SQLite's limit
+# of 999 parameters).
+ROWS_PER_STATEMENT = 64
 # Keys recalled by one statement on SQLite (one UNION ALL branch each); more take several.
 RECALL_CHUNK = 8
+
+
+TURN_COLUMNS = (
+    "session_id",
+    "input_text",
+    "output_text",
+    "entity_names",
+    "created_at",
+    "idempotency_key",
+)
+ENTITY_COLUMNS = (
+    "session_id",
+    "name_key",
+    "name",
+    "entity_type",
+    "first_seen",
+    "last_seen",
+    "first_turn_id",
+    "first_position",
+)
+CONTEXT_COLUMNS = ("session_id", "entity_id", "turn_id", "turn_seq", "text")
+OUTCOME_COLUMNS = (
+    "session_id",
+    "turn_id",
+    "attempts",
+    "extractor",
+    "status",
+    "error",
+    "latency_ms",
+    "entity_count",
+    "updated_at",
+)
+ROW_COLUMNS = {
+    "turn": TURN_COLUMNS,
+    "turns": TURN_COLUMNS,
+    "entities": ENTITY_COLUMNS,
+    "contexts": CONTEXT_COLUMNS,
+    "outcomes": OUTCOME_COLUMNS,
+}
 
 
 def turn_text(input_text: str, output_text: str) -> str:
@@ -167,7 +212,7 @@ def _recall_lateral() -> Any:
         .join_from(entities, newest, sa.true())
         .where(
             entities.c.session_id == sa.bindparam("session_id"),
-            entities.c.name_key.in_(sa.bindparam("keys", expanding=True)),
+            entities.c.name_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String))),
         )
     )
 
@@ -206,20 +251,88 @@ def _recall_union(count: int) -> Any:
     return sa.union_all(*branches) if count > 1 else branches[0]
 
 
+def _rows(table: sa.Table, columns: Sequence[str], count: int) -> list[dict[str, Any]]:
+    """``count`` rows of typed placeholders for ``columns``, named ``r<row>_<column>``."""
+    return [
+        {column: sa.bindparam(f"r{i}_{column}", type_=table.c[column].type) for column in columns}
+        for i in range(count)
+    ]
+
+
+def _statement_sizes(count: int) -> list[int]:
+    """How many rows each statement of an insert of ``count`` rows carries: full
+    statements, then a multiple of 8, then the rest. Few sizes, so few statements to
+    compile, and at most three statements beyond the full ones."""
+    sizes = [ROWS_PER_STATEMENT] * (count // ROWS_PER_STATEMENT)
+    rest = count % ROWS_PER_STATEMENT
+    if rest > 8:
+        sizes.append(rest - rest % 8)
+        rest %= 8
+    if rest:
+        sizes.append(rest)
+    return sizes
+
+
+@functools.cache
+def _placeholder_names(columns: tuple[str, ...], count: int) -> list[dict[str, str]]:
+    return [{column: f"r{i}_{column}" for column in columns} for i in range(count)]
+
+
+def _flat(rows: Sequence[Mapping[str, Any]], names: Sequence[dict[str, str]]) -> dict[str, Any]:
+    """The values of ``rows`` under the placeholder names of :func:`_rows`."""
+    return {
+        name: row[column]
+        for row, row_names in zip(rows, names, strict=True)
+        for column, name in row_names.items()
+    }
+
+
 class Repository:
     """The only place that talks to the tables."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        insert = _dialect_insert(store.dialect)
+        self._dialect = store.engine.dialect
+        self._insert = _dialect_insert(store.dialect)
+        self._compiled: dict[tuple[str, int], CompiledStatement] = {}
+        self._builders: dict[str, Callable[[int], Any]] = {
+            "turn": self._turn_statement,
+            "turns": lambda n: self._rows_insert(turns, TURN_COLUMNS, n).returning(turns.c.id),
+            "entities": self._upsert_statement,
+            "contexts": lambda n: self._rows_insert(contexts, CONTEXT_COLUMNS, n),
+            "outcomes": lambda n: self._rows_insert(extractions, OUTCOME_COLUMNS, n),
+            "recall": self._recall_statement,
+        }
+        self._entity_columns = sa.select(*_ENTITY_COLUMNS)
+        self._recent_contexts = (
+            sa.select(contexts.c.text)
+            .where(contexts.c.entity_id == sa.bindparam("entity_id"))
+            .order_by(*_NEWEST_FIRST)
+            .limit(sa.bindparam("limit"))
+        )
 
-        turn_insert = insert(turns)
-        self._insert_turn = turn_insert.on_conflict_do_nothing(
-            index_elements=[turns.c.session_id, turns.c.idempotency_key]
-        ).returning(turns.c.id)
-        self._insert_turns = turns.insert().returning(turns.c.id, sort_by_parameter_order=True)
+    # -- statements, compiled once ----------------------------------------------------
 
-        upsert = insert(entities)
+    def _statement(self, kind: str, count: int) -> CompiledStatement:
+        """The ``kind`` statement for ``count`` rows (or keys), compiled on first use."""
+        statement = self._compiled.get((kind, count))
+        if statement is None:
+            statement = compile_statement(self._builders[kind](count), self._dialect)
+            self._compiled[kind, count] = statement
+        return statement
+
+    def _rows_insert(self, table: sa.Table, columns: Sequence[str], count: int) -> Any:
+        return self._insert(table).values(_rows(table, columns, count))
+
+    def _turn_statement(self, _count: int) -> Any:
+        return (
+            self._rows_insert(turns, TURN_COLUMNS, 1)
+            .on_conflict_do_nothing(index_elements=[turns.c.session_id, turns.c.idempotency_key])
+            .returning(turns.c.id)
+        )
+
+    def _upsert_statement(self, count: int) -> Any:
+        upsert = self._rows_insert(entities, ENTITY_COLUMNS, count)
         excluded = upsert.excluded
         # A turn with a smaller id than the entity's first turn (a repaired old turn, or a
         # concurrent writer that committed later) becomes the entity's first sighting.
@@ -228,7 +341,7 @@ class Repository:
             column: sa.case((earlier, getattr(excluded, column)), else_=entities.c[column])
             for column in ("name", "first_seen", "first_turn_id", "first_position")
         }
-        self._upsert_entities = upsert.on_conflict_do_update(
+        return upsert.on_conflict_do_update(
             index_elements=[entities.c.session_id, entities.c.name_key],
             set_={
                 **first_seen_fields,
@@ -242,27 +355,30 @@ class Repository:
                 ),
             },
         ).returning(entities.c.id, entities.c.name_key)
-        self._insert_contexts = contexts.insert()
-        self._insert_outcomes = extractions.insert()
 
-        self._entity_columns = sa.select(
-            entities.c.id,
-            entities.c.name,
-            entities.c.name_key,
-            entities.c.entity_type,
-            entities.c.first_seen,
-            entities.c.last_seen,
-        )
-        self._recent_contexts = (
-            sa.select(contexts.c.text)
-            .where(contexts.c.entity_id == sa.bindparam("entity_id"))
-            .order_by(*_NEWEST_FIRST)
-            .limit(sa.bindparam("limit"))
-        )
-        if store.dialect == "postgresql":
-            self._recall_lateral = _recall_lateral()
-        else:
-            self._recall_unions = {n: _recall_union(n) for n in range(1, RECALL_CHUNK + 1)}
+    def _recall_statement(self, count: int) -> Any:
+        if self.store.dialect == "postgresql":
+            return _recall_lateral()
+        return _recall_union(count)
+
+    def _insert_rows(
+        self, driver: DriverCursor, kind: str, rows: Sequence[Mapping[str, Any]]
+    ) -> list[Any]:
+        """Insert ``rows`` with the ``kind`` statement, at most ``ROWS_PER_STATEMENT`` rows
+        a statement; the rows the statements return."""
+        columns = ROW_COLUMNS[kind]
+        returned: list[Any] = []
+        start = 0
+        for size in _statement_sizes(len(rows)):
+            chunk = rows[start : start + size]
+            start += size
+            values = _flat(chunk, _placeholder_names(columns, size))
+            returned += driver.execute(self._statement(kind, size), values)
+        return returned
+
+    def driver(self, connection: Connection) -> DriverCursor:
+        """Compiled statements inside a transaction that a Core connection runs."""
+        return DriverCursor(self._dialect, connection.connection.cursor())
 
     # -- writes -------------------------------------------------------------------------
 
@@ -270,33 +386,37 @@ class Repository:
         """Store one turn with its entities and snippets; None if its idempotency key was
         already used in this session."""
 
-        def work(connection: Connection) -> int | None:
-            turn_id = connection.execute(
-                self._insert_turn, self._turn_row(session_id, turn)
-            ).scalar()
-            if turn_id is None:
+        def work(driver: DriverCursor) -> int | None:
+            inserted = self._insert_rows(driver, "turn", [self._turn_row(session_id, turn)])
+            if not inserted:
                 return None
-            self._attach(connection, session_id, [(turn_id, turn)])
-            connection.execute(self._insert_outcomes, self._outcome_row(session_id, turn_id, turn))
-            return int(turn_id)
+            turn_id = int(inserted[0][0])
+            self._attach(driver, session_id, [(turn_id, turn)])
+            self._insert_rows(driver, "outcomes", [self._outcome_row(session_id, turn_id, turn)])
+            return turn_id
 
-        return self.store.run_write(work)
+        return self.store.run_driver_write(work)
 
     def save_turns(self, session_id: str, new_turns: Sequence[NewTurn]) -> list[int]:
         """Store many turns in one transaction, as a loop of :meth:`save_turn` would."""
         if not new_turns:
             return []
 
-        def work(connection: Connection) -> list[int]:
-            rows = [self._turn_row(session_id, turn) for turn in new_turns]
-            ids = [int(i) for i in connection.execute(self._insert_turns, rows).scalars()]
+        def work(driver: DriverCursor) -> list[int]:
+            ids = self.insert_turns(driver, [self._turn_row(session_id, t) for t in new_turns])
             saved = list(zip(ids, new_turns, strict=True))
-            self._attach(connection, session_id, saved)
+            self._attach(driver, session_id, saved)
             outcomes = [self._outcome_row(session_id, i, turn) for i, turn in saved]
-            connection.execute(self._insert_outcomes, outcomes)
+            self._insert_rows(driver, "outcomes", outcomes)
             return ids
 
-        return self.store.run_write(work)
+        return self.store.run_driver_write(work)
+
+    def insert_turns(self, driver: DriverCursor, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Insert turns; their new ids in the order of ``rows``. Ids grow in the order rows
+        are inserted within a statement (SQLite AUTOINCREMENT, a Postgres identity), so
+        sorted ids line up with the rows whatever order RETURNING gives them in."""
+        return sorted(int(row[0]) for row in self._insert_rows(driver, "turns", rows))
 
     @staticmethod
     def _turn_row(session_id: str, turn: NewTurn) -> dict[str, Any]:
@@ -318,8 +438,21 @@ class Repository:
             **_ledger_values(turn.outcome, len(turn.mentions), turn.created_at),
         }
 
+    def upsert_entities(
+        self, driver: DriverCursor, rows: Sequence[Mapping[str, Any]]
+    ) -> dict[str, int]:
+        """Insert or update entities, in key order; their ids by key."""
+        ordered = sorted(rows, key=lambda row: row["name_key"])
+        return {key: int(i) for i, key in self._insert_rows(driver, "entities", ordered)}
+
+    def insert_contexts(self, driver: DriverCursor, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._insert_rows(driver, "contexts", rows)
+
+    def insert_outcomes(self, driver: DriverCursor, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._insert_rows(driver, "outcomes", rows)
+
     def _attach(
-        self, connection: Connection, session_id: str, saved: list[tuple[int, NewTurn]]
+        self, driver: DriverCursor, session_id: str, saved: list[tuple[int, NewTurn]]
     ) -> None:
         """Upsert the entities of saved turns (in key order) and add one snippet per mention."""
         first: dict[str, dict[str, Any]] = {}
@@ -343,10 +476,7 @@ class Repository:
                     row["entity_type"] = mention.entity_type
         if not first:
             return
-        rows = [first[key] for key in sorted(first)]
-        entity_ids = {
-            row.name_key: row.id for row in connection.execute(self._upsert_entities, rows)
-        }
+        entity_ids = self.upsert_entities(driver, list(first.values()))
         snippets = [
             {
                 "session_id": session_id,
@@ -358,7 +488,7 @@ class Repository:
             for turn_id, turn in saved
             for mention in turn.mentions
         ]
-        connection.execute(self._insert_contexts, snippets)
+        self.insert_contexts(driver, snippets)
 
     def add_context(self, entity_id: int, text: str, at: float) -> float:
         """Add a snippet that belongs to no turn; it counts as newer than every turn so far.
@@ -537,28 +667,30 @@ class Repository:
             return []
         rows = self._recall_rows(session_id, keys, limit)
         position = {key: i for i, key in enumerate(keys)}
-        rows.sort(key=lambda row: (position[row.name_key], row.turn_seq, row.context_id))
+        # Columns: the entity's six, then the snippet's text, turn_seq and id.
+        rows.sort(key=lambda row: (position[row[2]], row[7], row[8]))
         recalled: dict[str, tuple[EntityRecord, list[str]]] = {}
         for row in rows:
-            if row.name_key not in recalled:
-                recalled[row.name_key] = (_entity(row), [])
-            recalled[row.name_key][1].append(row.text)
+            entry = recalled.get(row[2])
+            if entry is None:
+                entry = recalled[row[2]] = (EntityRecord(*row[:6]), [])
+            entry[1].append(row[6])
         return list(recalled.values())
 
     def _recall_rows(self, session_id: str, keys: Sequence[str], limit: int) -> list[Any]:
         if self.store.dialect == "postgresql":
             params = {"session_id": session_id, "limit": limit, "keys": list(keys)}
-            return self._read_all(self._recall_lateral, params)
+            return self._read_all(self._statement("recall", 0), params)
         rows: list[Any] = []
         for start in range(0, len(keys), RECALL_CHUNK):
             chunk = keys[start : start + RECALL_CHUNK]
-            params = {"session_id": session_id, "limit": limit}
-            params.update((f"key_{i}", key) for i, key in enumerate(chunk))
-            rows += self._read_all(self._recall_unions[len(chunk)], params)
+            values: dict[str, Any] = {"session_id": session_id, "limit": limit}
+            values.update((f"key_{i}", key) for i, key in enumerate(chunk))
+            rows += self._read_all(self._statement("recall", len(chunk)), values)
         return rows
 
-    def _read_all(self, statement: Any, params: dict[str, Any]) -> list[Any]:
-        return self.store.run_read(lambda c: list(c.execute(statement, params)))
+    def _read_all(self, statement: CompiledStatement, params: dict[str, Any]) -> list[Any]:
+        return self.store.run_driver_read(lambda driver: driver.execute(statement, params))
 
     def _recent(self, connection: Connection, entity_id: int, limit: int | None) -> list[str]:
         if limit is None:
@@ -709,7 +841,7 @@ class Repository:
                 return False
             if outcome.status == "ok" and mentions:
                 rebuilt = NewTurn(turn.input_text, turn.output_text, mentions, turn.created_at)
-                self._attach(connection, turn.session_id, [(turn.id, rebuilt)])
+                self._attach(self.driver(connection), turn.session_id, [(turn.id, rebuilt)])
                 connection.execute(
                     turns.update()
                     .where(turns.c.id == turn.id)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory
 
 INDEX = "ix_contexts_entity_id_turn_seq_id"
@@ -60,17 +61,14 @@ def busy_memory(database_url: str) -> Iterator[ConversationEntityMemory]:
 def reads_of_contexts(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
     """The SELECT statements on the contexts table that run inside the block, with their
     parameters."""
-    seen: list[tuple[str, Any]] = []
-
-    def remember(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "contexts" in statement:
-            seen.append((statement, parameters))
-
-    sa.event.listen(engine, "before_cursor_execute", remember)
-    try:
-        yield seen
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", remember)
+    with driver_calls(engine) as sent:
+        reads: list[tuple[str, Any]] = []
+        yield reads
+    reads += [
+        (statement, parameters)
+        for statement, parameters in sent
+        if statement.lstrip().upper().startswith("SELECT") and "contexts" in statement
+    ]
 
 
 def plan_of(engine: sa.Engine, statement: str, parameters: Any) -> str:

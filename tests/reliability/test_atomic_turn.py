@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from tests.reliability.helpers import (
     VocabularyExtractor,
@@ -17,6 +16,7 @@ from tests.reliability.helpers import (
     row_counts,
     table_counts,
 )
+from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory
 from zerda_store.schema import contexts, entities, turns
 
@@ -26,27 +26,22 @@ class InjectedFailure(RuntimeError):
 
 
 @contextmanager
-def failing_at(engine: sa.Engine, index: int | None) -> Iterator[list[str]]:
+def failing_at(engine: sa.Engine, index: int | None) -> Iterator[list[tuple[str, Any]]]:
     """Record the statements run on ``engine``; raise at the ``index``-th one (0-based),
     or, for ``index == len(statements)``, when the transaction is about to commit."""
-    statements: list[str] = []
 
-    def before_statement(connection: Any, cursor: Any, statement: str, *_: Any) -> None:
-        statements.append(statement)
+    def before_statement(_cursor: Any, _statement: str, _parameters: Any) -> None:
         if len(statements) - 1 == index:
             raise InjectedFailure(f"injected at statement {index}")
 
-    def before_commit(connection: Any) -> None:
+    def before_commit(_connection: Any) -> None:
         if index == len(statements):
             raise InjectedFailure("injected before COMMIT")
 
-    event.listen(engine, "before_cursor_execute", before_statement)
-    event.listen(engine, "commit", before_commit)
-    try:
+    with driver_calls(
+        engine, before_statement=before_statement, before_commit=before_commit
+    ) as statements:
         yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", before_statement)
-        event.remove(engine, "commit", before_commit)
 
 
 @pytest.fixture
@@ -75,8 +70,10 @@ def _rows_mentioning(connection: sa.Connection, marker: str, keys: list[str]) ->
 
 
 def _statement_count(memory: ConversationEntityMemory, write: Callable[[str], None]) -> int:
+    """Statements of a write shaped like the failing ones: three names a turn (the number
+    of rows decides how many statements a multi-row insert takes)."""
     with failing_at(memory.store.engine, None) as statements:
-        write("[dry run] Alice Harper and Bilal Haddad")
+        write("[dry run] Alice Harper, Bilal Haddad and Carla Díaz")
     return len(statements)
 
 

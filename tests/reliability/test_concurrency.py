@@ -14,7 +14,6 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from tests.reliability import workers
 from tests.reliability.helpers import (
@@ -24,6 +23,7 @@ from tests.reliability.helpers import (
     table_counts,
     turn_names,
 )
+from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.names import name_key
 from zerda_store.schema import entities
@@ -220,17 +220,22 @@ def _in_thread(target: Callable[[], None], errors: list[BaseException]) -> threa
     return thread
 
 
+def retries(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The errors after which a unit of work ran again, as the store logged them."""
+    prefix = "running a unit of work again after "
+    return [
+        record.getMessage().removeprefix(prefix)
+        for record in caplog.records
+        if record.getMessage().startswith(prefix)
+    ]
+
+
 @pytest.mark.postgres
 def test_turns_naming_entities_in_opposite_orders_do_not_deadlock(
-    postgres_url: str, lock_holder: sa.Connection
+    postgres_url: str, lock_holder: sa.Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
     session_id = "crm-lock-order"
     store = Store(postgres_url)
-    failures: list[str] = []
-
-    @event.listens_for(store.engine, "handle_error")
-    def record(context: Any) -> None:
-        failures.append(getattr(context.original_exception, "sqlstate", None) or "?")
 
     def memory(names: list[str]) -> ConversationEntityMemory:
         extractor = NamesExtractor(names)
@@ -254,7 +259,7 @@ def test_turns_naming_entities_in_opposite_orders_do_not_deadlock(
     second.join(HANG_GUARD_SECONDS)
 
     assert errors == []
-    assert failures == []  # no 40P01 happened, so none had to be retried
+    assert retries(caplog) == []  # no 40P01 happened, so none had to be retried
     with inspect_database(postgres_url) as connection:
         assert table_counts(connection, session_id) == (3, 4, 4 + 3 + 3)
     store.close()
@@ -310,27 +315,26 @@ def test_the_lock_order_scenario_deadlocks_when_keys_are_not_sorted(
     ids=["40P01", "40001"],
 )
 def test_a_turn_that_hits_a_deadlock_is_retried_whole_without_duplicates(
-    postgres_url: str, error: type[psycopg.Error]
+    postgres_url: str, error: type[psycopg.Error], caplog: pytest.LogCaptureFixture
 ) -> None:
     session_id = f"crm-{uuid.uuid4().hex[:8]}"
     memory = ConversationEntityMemory(
         extractor=NamesExtractor([ADA, BO, ZED]), database_url=postgres_url, session_id=session_id
     )
-    statements: list[str] = []
     injected: list[str] = []
 
-    @event.listens_for(memory.store.engine, "before_cursor_execute")
-    def fail_once(connection: Any, cursor: Any, statement: str, *_: Any) -> None:
-        statements.append(statement.split("(")[0].strip())
+    def fail_once(_cursor: Any, statement: str, _parameters: Any) -> None:
         if statement.startswith("INSERT INTO contexts") and not injected:
             injected.append(statement)
             raise error("injected by the test")
 
-    memory.save_context({"input": "Ada, Bo and Zed signed."}, {"output": "Great."})
+    with driver_calls(memory.store.engine, before_statement=fail_once) as statements:
+        memory.save_context({"input": "Ada, Bo and Zed signed."}, {"output": "Great."})
     memory.close()
 
     assert len(injected) == 1
-    turn_inserts = [s for s in statements if s.startswith("INSERT INTO turns")]
+    assert retries(caplog) == [error.__name__]
+    turn_inserts = [s for s, _ in statements if s.startswith("INSERT INTO turns")]
     assert len(turn_inserts) == 2  # the whole turn ran again, from its first statement
     with inspect_database(postgres_url) as connection:
         assert table_counts(connection, session_id) == (1, 3, 3)

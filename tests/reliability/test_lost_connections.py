@@ -15,7 +15,6 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from tests.reliability.helpers import (
     NamesExtractor,
@@ -24,6 +23,7 @@ from tests.reliability.helpers import (
     snippet_keys_by_turn,
     table_counts,
 )
+from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory, StoreError
 from zerda_store.schema import turns
 
@@ -116,14 +116,8 @@ def test_calls_after_the_connections_were_terminated_work(
 
 
 def _statements_of_a_keyed_save(memory: ConversationEntityMemory) -> int:
-    statements: list[str] = []
-
-    def record(connection: Any, cursor: Any, statement: str, *_: Any) -> None:
-        statements.append(statement)
-
-    event.listen(memory.store.engine, "before_cursor_execute", record)
-    memory.save_context({"input": "[dry run]"}, {"output": ""}, idempotency_key="dry-run")
-    event.remove(memory.store.engine, "before_cursor_execute", record)
+    with driver_calls(memory.store.engine) as statements:
+        memory.save_context({"input": "[dry run]"}, {"output": ""}, idempotency_key="dry-run")
     return len(statements)
 
 
@@ -150,19 +144,19 @@ class TerminateAt:
         self.statements = 0
         self.done = False
 
-    def before_statement(self, connection: Any, *_: Any) -> None:
+    def before_statement(self, cursor: Any, *_: Any) -> None:
         self.statements += 1
         if self.statements - 1 == self.index:
-            self._terminate(connection)
+            self._terminate(cursor.connection)
 
-    def before_commit(self, connection: Any) -> None:
+    def before_commit(self, pooled_connection: Any) -> None:
         if self.statements == self.index:
-            self._terminate(connection)
+            self._terminate(pooled_connection.dbapi_connection)
 
-    def _terminate(self, connection: Any) -> None:
+    def _terminate(self, driver_connection: Any) -> None:
         if not self.done:
             self.done = True
-            self.terminator.terminate([_backend_pid(connection)])
+            self.terminator.terminate([driver_connection.info.backend_pid])
 
 
 def test_a_connection_terminated_during_a_save_never_stores_the_turn_twice(
@@ -173,13 +167,12 @@ def test_a_connection_terminated_during_a_save_never_stores_the_turn_twice(
 
     for index in range(statement_count + 1):
         terminate = TerminateAt(terminator, index)
-        event.listen(memory.store.engine, "before_cursor_execute", terminate.before_statement)
-        event.listen(memory.store.engine, "commit", terminate.before_commit)
-        try:
+        with driver_calls(
+            memory.store.engine,
+            before_statement=terminate.before_statement,
+            before_commit=terminate.before_commit,
+        ):
             _save_until_stored(memory, f"k{index}")
-        finally:
-            event.remove(memory.store.engine, "before_cursor_execute", terminate.before_statement)
-            event.remove(memory.store.engine, "commit", terminate.before_commit)
         assert terminate.done, index
         assert len(_turn_rows(postgres_url, f"k{index}")) == 1, index
 

@@ -121,7 +121,8 @@ def test_save_context_writes_in_one_immediate_transaction(
     tables = [s.split()[2].lower() for s in transaction if s.upper().startswith("INSERT INTO")]
     assert tables[0] == "turns"
     assert tables.count("entities") == 1  # one upsert for all the turn's entities
-    assert tables.count("contexts") == 2  # one snippet per entity
+    [snippets] = [s for s in transaction if s.upper().startswith("INSERT INTO CONTEXTS")]
+    assert snippets.count("'Ada met Bo ok'") == 2  # one snippet per entity, one statement
 
 
 @pytest.mark.parametrize(
