@@ -15,10 +15,11 @@ friends) do not see these statements.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
+from sqlalchemy import Table, bindparam
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -63,6 +64,72 @@ def compile_statement(statement: ClauseElement, dialect: Dialect) -> CompiledSta
     return CompiledStatement(sql, positions, tuple(processors), literals)
 
 
+def row_placeholders(table: Table, columns: Sequence[str], count: int) -> list[dict[str, Any]]:
+    """``count`` rows of typed placeholders for a multi-row INSERT's ``values()``, named
+    ``r<row>_<column>``; compile the statement with :func:`compile_rows`."""
+    return [
+        {column: bindparam(_row_name(i, column), type_=table.c[column].type) for column in columns}
+        for i in range(count)
+    ]
+
+
+def _row_name(row: int, column: str) -> str:
+    return f"r{row}_{column}"
+
+
+class RowsStatement:
+    """A multi-row statement made with :func:`row_placeholders`; its parameters come
+    from row mappings. Where the placeholders are positional and in row order (SQLite),
+    the rows are flattened straight into them, the hot path's cheapest form."""
+
+    def __init__(self, compiled: CompiledStatement, columns: Sequence[str], count: int):
+        self.sql = compiled.sql
+        self._compiled = compiled
+        self._columns = tuple(columns)
+        self._names = [{column: _row_name(i, column) for column in columns} for i in range(count)]
+        in_row_order = tuple(name for names in self._names for name in names.values())
+        positions = compiled.positions or ()
+        rest = positions[len(in_row_order) :]
+        self._flat = positions[: len(in_row_order)] == in_row_order and all(
+            name in compiled.literals for name in rest
+        )
+        self._trailing = [compiled.literals[name] for name in rest] if self._flat else []
+        processors = dict(compiled.processors)
+        self._column_processors = [
+            (offset, processors[_row_name(0, column)])
+            for offset, column in enumerate(columns)
+            if _row_name(0, column) in processors
+        ]
+
+    def parameters(self, rows: Sequence[Mapping[str, Any]]) -> Any:
+        if not self._flat:
+            return self._compiled.parameters(
+                {
+                    name: row[column]
+                    for row, names in zip(rows, self._names, strict=True)
+                    for column, name in names.items()
+                }
+            )
+        columns = self._columns
+        flat = [row[column] for row in rows for column in columns]
+        for offset, process in self._column_processors:
+            flat[offset :: len(columns)] = [process(v) for v in flat[offset :: len(columns)]]
+        return flat + self._trailing if self._trailing else flat
+
+
+def compile_rows(
+    statement: ClauseElement, dialect: Dialect, columns: Sequence[str], count: int
+) -> RowsStatement:
+    """Compile once a statement whose values come from :func:`row_placeholders`."""
+    return RowsStatement(compile_statement(statement, dialect), columns, count)
+
+
+class Runnable(Protocol):
+    sql: str
+
+    def parameters(self, values: Any) -> Any: ...
+
+
 class DriverCursor:
     """Runs compiled statements on one driver cursor inside a unit of work."""
 
@@ -72,8 +139,9 @@ class DriverCursor:
         self._dialect = dialect
         self._cursor = cursor
 
-    def execute(self, statement: CompiledStatement, values: Mapping[str, Any]) -> list[Any]:
-        """Run ``statement``; the rows it returns (none for a statement without RETURNING)."""
+    def execute(self, statement: Runnable, values: Any) -> list[Any]:
+        """Run ``statement`` with ``values`` (a mapping; rows for a :class:`RowsStatement`);
+        the rows it returns (none for a statement without RETURNING)."""
         self._dialect.do_execute(self._cursor, statement.sql, statement.parameters(values), None)
         if self._cursor.description is None:
             return []

@@ -7,6 +7,7 @@ counted result so that a chat turn is never lost to an extraction error.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -183,6 +184,12 @@ def _storable(text: str, limit: int = MAX_TYPE_LENGTH) -> str:
     return escaped[:limit]
 
 
+@functools.lru_cache(maxsize=64)
+def _label(name: str) -> str:
+    """An extractor's name as the ledger stores it (extractors are few; names repeat)."""
+    return _storable(name)
+
+
 def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[ExtractedEntity]:
     """Entities from what an extractor returned; types are clipped to what the table holds."""
     entities = []
@@ -194,11 +201,12 @@ def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[Ex
             item = ExtractedEntity(name, entity_type or UNKNOWN_TYPE)
         if not isinstance(item.name, str) or not isinstance(item.entity_type, str):
             raise TypeError(f"an extractor returned {item!r}: names and types must be str")
-        entity_type = item.entity_type[:MAX_TYPE_LENGTH]
-        if not is_acceptable_name(entity_type):
-            entity_type = UNKNOWN_TYPE
-        if entity_type != item.entity_type:
-            item = ExtractedEntity(item.name, entity_type)
+        if item.entity_type != UNKNOWN_TYPE:
+            entity_type = item.entity_type[:MAX_TYPE_LENGTH]
+            if not is_acceptable_name(entity_type):
+                entity_type = UNKNOWN_TYPE
+            if entity_type != item.entity_type:
+                item = ExtractedEntity(item.name, entity_type)
         entities.append(item)
     return entities
 
@@ -219,7 +227,7 @@ class ExtractionService:
         extractor = extractor or self.extractor
         if extractor is None:
             raise ValueError("no extractor given")
-        extractor_name = _storable(str(getattr(extractor, "name", type(extractor).__name__)))
+        extractor_name = _label(str(getattr(extractor, "name", type(extractor).__name__)))
         if not text.strip():
             return ExtractionResult((), extractor_name, "skipped")
         started = time.perf_counter()

@@ -7,7 +7,6 @@ so that two turns naming the same entities cannot deadlock each other.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 
-from .driver import CompiledStatement, DriverCursor, compile_statement
+from .driver import DriverCursor, compile_rows, compile_statement, row_placeholders
 from .engine import Store, StoreError
 from .names import UNKNOWN_TYPE, name_key
 from .schema import contexts, entities, extractions, turns
@@ -27,7 +26,7 @@ PAGE_SIZE = 500
 # Rows a multi-row INSERT carries at most (8 columns × 64 stays under every SQLite's limit
 # of 999 parameters).
 ROWS_PER_STATEMENT = 64
-# Keys recalled by one statement on SQLite (one UNION ALL branch each); more take several.
+# Keys looked up by one statement on SQLite; more take several.
 RECALL_CHUNK = 8
 
 
@@ -53,14 +52,15 @@ CONTEXT_COLUMNS = ("session_id", "entity_id", "turn_id", "turn_seq", "text")
 OUTCOME_COLUMNS = (
     "session_id",
     "turn_id",
-    "attempts",
     "extractor",
     "status",
     "error",
     "latency_ms",
     "entity_count",
+    "attempts",
     "updated_at",
 )
+# In the tables' column order, the order SQLAlchemy renders VALUES in.
 ROW_COLUMNS = {
     "turn": TURN_COLUMNS,
     "turns": TURN_COLUMNS,
@@ -217,48 +217,6 @@ def _recall_lateral() -> Any:
     )
 
 
-def _recall_union(count: int) -> Any:
-    """SQLite (no LATERAL): one UNION ALL branch per key ``:key_<i>``. A branch finds the
-    entity by its unique key, reads its newest ``:limit`` snippets from the contexts index
-    led by entity_id (backwards, cut at the limit), then joins those rows to the entity."""
-    branches = []
-    for i in range(count):
-        entity_id = (
-            sa.select(entities.c.id)
-            .where(
-                entities.c.session_id == sa.bindparam("session_id"),
-                entities.c.name_key == sa.bindparam(f"key_{i}"),
-            )
-            .scalar_subquery()
-        )
-        newest = (
-            sa.select(
-                contexts.c.entity_id,
-                contexts.c.text,
-                contexts.c.turn_seq,
-                contexts.c.id.label("context_id"),
-            )
-            .where(contexts.c.entity_id == entity_id)
-            .order_by(*_NEWEST_FIRST)
-            .limit(sa.bindparam("limit"))
-            .subquery(f"newest_{i}")
-        )
-        branches.append(
-            sa.select(
-                *_ENTITY_COLUMNS, newest.c.text, newest.c.turn_seq, newest.c.context_id
-            ).join_from(newest, entities, entities.c.id == newest.c.entity_id)
-        )
-    return sa.union_all(*branches) if count > 1 else branches[0]
-
-
-def _rows(table: sa.Table, columns: Sequence[str], count: int) -> list[dict[str, Any]]:
-    """``count`` rows of typed placeholders for ``columns``, named ``r<row>_<column>``."""
-    return [
-        {column: sa.bindparam(f"r{i}_{column}", type_=table.c[column].type) for column in columns}
-        for i in range(count)
-    ]
-
-
 def _statement_sizes(count: int) -> list[int]:
     """How many rows each statement of an insert of ``count`` rows carries: full
     statements, then a multiple of 8, then the rest. Few sizes, so few statements to
@@ -273,20 +231,6 @@ def _statement_sizes(count: int) -> list[int]:
     return sizes
 
 
-@functools.cache
-def _placeholder_names(columns: tuple[str, ...], count: int) -> list[dict[str, str]]:
-    return [{column: f"r{i}_{column}" for column in columns} for i in range(count)]
-
-
-def _flat(rows: Sequence[Mapping[str, Any]], names: Sequence[dict[str, str]]) -> dict[str, Any]:
-    """The values of ``rows`` under the placeholder names of :func:`_rows`."""
-    return {
-        name: row[column]
-        for row, row_names in zip(rows, names, strict=True)
-        for column, name in row_names.items()
-    }
-
-
 class Repository:
     """The only place that talks to the tables."""
 
@@ -294,14 +238,16 @@ class Repository:
         self.store = store
         self._dialect = store.engine.dialect
         self._insert = _dialect_insert(store.dialect)
-        self._compiled: dict[tuple[str, int], CompiledStatement] = {}
+        self._compiled: dict[tuple[str, int], Any] = {}
         self._builders: dict[str, Callable[[int], Any]] = {
             "turn": self._turn_statement,
             "turns": lambda n: self._rows_insert(turns, TURN_COLUMNS, n).returning(turns.c.id),
             "entities": self._upsert_statement,
             "contexts": lambda n: self._rows_insert(contexts, CONTEXT_COLUMNS, n),
             "outcomes": lambda n: self._rows_insert(extractions, OUTCOME_COLUMNS, n),
-            "recall": self._recall_statement,
+            "recall": lambda _count: _recall_lateral(),
+            "entities_by_key": self._entities_by_key,
+            "recent": lambda _count: self._recent_contexts,
         }
         self._entity_columns = sa.select(*_ENTITY_COLUMNS)
         self._recent_contexts = (
@@ -313,16 +259,20 @@ class Repository:
 
     # -- statements, compiled once ----------------------------------------------------
 
-    def _statement(self, kind: str, count: int) -> CompiledStatement:
+    def _statement(self, kind: str, count: int) -> Any:
         """The ``kind`` statement for ``count`` rows (or keys), compiled on first use."""
         statement = self._compiled.get((kind, count))
         if statement is None:
-            statement = compile_statement(self._builders[kind](count), self._dialect)
+            built = self._builders[kind](count)
+            if kind in ROW_COLUMNS:
+                statement = compile_rows(built, self._dialect, ROW_COLUMNS[kind], count)
+            else:
+                statement = compile_statement(built, self._dialect)
             self._compiled[kind, count] = statement
         return statement
 
     def _rows_insert(self, table: sa.Table, columns: Sequence[str], count: int) -> Any:
-        return self._insert(table).values(_rows(table, columns, count))
+        return self._insert(table).values(row_placeholders(table, columns, count))
 
     def _turn_statement(self, _count: int) -> Any:
         return (
@@ -356,24 +306,22 @@ class Repository:
             },
         ).returning(entities.c.id, entities.c.name_key)
 
-    def _recall_statement(self, count: int) -> Any:
-        if self.store.dialect == "postgresql":
-            return _recall_lateral()
-        return _recall_union(count)
+    def _entities_by_key(self, count: int) -> Any:
+        keys = [sa.bindparam(f"key_{i}", type_=sa.String) for i in range(count)]
+        return self._entity_columns.where(
+            entities.c.session_id == sa.bindparam("session_id"), entities.c.name_key.in_(keys)
+        )
 
     def _insert_rows(
         self, driver: DriverCursor, kind: str, rows: Sequence[Mapping[str, Any]]
     ) -> list[Any]:
         """Insert ``rows`` with the ``kind`` statement, at most ``ROWS_PER_STATEMENT`` rows
         a statement; the rows the statements return."""
-        columns = ROW_COLUMNS[kind]
         returned: list[Any] = []
         start = 0
         for size in _statement_sizes(len(rows)):
-            chunk = rows[start : start + size]
+            returned += driver.execute(self._statement(kind, size), rows[start : start + size])
             start += size
-            values = _flat(chunk, _placeholder_names(columns, size))
-            returned += driver.execute(self._statement(kind, size), values)
         return returned
 
     def driver(self, connection: Connection) -> DriverCursor:
@@ -660,12 +608,22 @@ class Repository:
         self, session_id: str, keys: Sequence[str], limit: int
     ) -> list[tuple[EntityRecord, list[str]]]:
         """The entities among ``keys`` that have snippets, in the order of ``keys``, each
-        with its last ``limit`` snippets (oldest first). One statement (on SQLite, one per
-        ``RECALL_CHUNK`` keys) and no explicit transaction: a single statement sees one
-        snapshot by itself."""
+        with its last ``limit`` snippets (oldest first), all from one snapshot."""
         if not keys:
             return []
-        rows = self._recall_rows(session_id, keys, limit)
+        if self.store.dialect == "postgresql":
+            return self._recall_in_one_statement(session_id, keys, limit)
+        return self.store.run_driver_read(
+            lambda driver: self._recall_each(driver, session_id, keys, limit)
+        )
+
+    def _recall_in_one_statement(
+        self, session_id: str, keys: Sequence[str], limit: int
+    ) -> list[tuple[EntityRecord, list[str]]]:
+        """Postgres: one round trip, a LATERAL join of each entity to its newest snippets."""
+        values = {"session_id": session_id, "limit": limit, "keys": list(keys)}
+        statement = self._statement("recall", 0)
+        rows = self.store.run_driver_read(lambda driver: driver.execute(statement, values))
         position = {key: i for i, key in enumerate(keys)}
         # Columns: the entity's six, then the snippet's text, turn_seq and id.
         rows.sort(key=lambda row: (position[row[2]], row[7], row[8]))
@@ -677,20 +635,28 @@ class Repository:
             entry[1].append(row[6])
         return list(recalled.values())
 
-    def _recall_rows(self, session_id: str, keys: Sequence[str], limit: int) -> list[Any]:
-        if self.store.dialect == "postgresql":
-            params = {"session_id": session_id, "limit": limit, "keys": list(keys)}
-            return self._read_all(self._statement("recall", 0), params)
-        rows: list[Any] = []
-        for start in range(0, len(keys), RECALL_CHUNK):
-            chunk = keys[start : start + RECALL_CHUNK]
-            values: dict[str, Any] = {"session_id": session_id, "limit": limit}
+    def _recall_each(
+        self, driver: DriverCursor, session_id: str, keys: Sequence[str], limit: int
+    ) -> list[tuple[EntityRecord, list[str]]]:
+        """SQLite: the entities by key, then each one's newest snippets, in one read
+        transaction; statements cost microseconds there, less than one compound query."""
+        found: dict[str, EntityRecord] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), RECALL_CHUNK):
+            chunk = unique[start : start + RECALL_CHUNK]
+            values = {"session_id": session_id}
             values.update((f"key_{i}", key) for i, key in enumerate(chunk))
-            rows += self._read_all(self._statement("recall", len(chunk)), values)
-        return rows
-
-    def _read_all(self, statement: CompiledStatement, params: dict[str, Any]) -> list[Any]:
-        return self.store.run_driver_read(lambda driver: driver.execute(statement, params))
+            for row in driver.execute(self._statement("entities_by_key", len(chunk)), values):
+                found[row[2]] = EntityRecord(*row)
+        recent = self._statement("recent", 1)
+        recalled = []
+        for key in unique:
+            entity = found.get(key)
+            if entity is not None:
+                newest = driver.execute(recent, {"entity_id": entity.id, "limit": limit})
+                if newest:
+                    recalled.append((entity, [text for (text,) in reversed(newest)]))
+        return recalled
 
     def _recent(self, connection: Connection, entity_id: int, limit: int | None) -> list[str]:
         if limit is None:
