@@ -289,11 +289,10 @@ class Store:
         return self._with_retries(lambda: self._on_driver(work, write=True), _is_retryable)
 
     def run_driver_read(self, work: Callable[[DriverCursor], T]) -> T:
-        """Run ``work`` that only reads; again on a fresh connection if the pooled one
-        turned out dead. On SQLite it runs in one read transaction (one snapshot, and
-        statements there cost microseconds); on Postgres in autocommit, which saves the
-        round trips of BEGIN and COMMIT: there ``work`` must be one statement to see one
-        snapshot."""
+        """Run ``work``, one read statement, outside an explicit transaction (a single
+        statement is atomic and sees one snapshot by itself; on Postgres this saves the
+        round trips of BEGIN and COMMIT); again on a fresh connection if the pooled one
+        turned out dead."""
         return self._with_retries(
             lambda: self._on_driver(work, write=False), lambda exc: exc.connection_invalidated
         )
@@ -331,15 +330,13 @@ class Store:
                 dbapi_connection.autocommit = True  # type: ignore[union-attr]
             cursor = connection.cursor()
             driver = DriverCursor(dialect, cursor)
-            if self.dialect == "sqlite":
+            if write and self.dialect == "sqlite":
                 # A deferred BEGIN cannot wait for another writer once it reads.
-                driver.execute_sql("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+                driver.execute_sql("BEGIN IMMEDIATE")
             result = work(driver)
             if write:
                 committing = True
                 dialect.do_commit(connection)
-            elif not autocommit:
-                dialect.do_rollback(connection)
             return result
         except dialect.loaded_dbapi.Error as orig:
             lost = dialect.is_disconnect(orig, dbapi_connection, cursor)

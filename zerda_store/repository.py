@@ -7,17 +7,25 @@ so that two turns naming the same entities cannot deadlock each other.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 
-from .driver import DriverCursor, compile_rows, compile_statement, row_placeholders
+from .driver import (
+    DriverCursor,
+    compile_columns,
+    compile_rows,
+    compile_statement,
+    row_placeholders,
+    unnested_rows,
+)
 from .engine import Store, StoreError
 from .names import UNKNOWN_TYPE, name_key
 from .schema import contexts, entities, extractions, turns
@@ -26,8 +34,8 @@ PAGE_SIZE = 500
 # Rows a multi-row INSERT carries at most (8 columns × 64 stays under every SQLite's limit
 # of 999 parameters).
 ROWS_PER_STATEMENT = 64
-# Keys looked up by one statement on SQLite; more take several.
-RECALL_CHUNK = 8
+# Keys recalled by one statement on SQLite (more take several); Postgres takes any number.
+RECALL_CHUNK = 32
 
 
 TURN_COLUMNS = (
@@ -60,6 +68,12 @@ OUTCOME_COLUMNS = (
     "attempts",
     "updated_at",
 )
+# Postgres: up to this many rows an INSERT sends VALUES, cheapest for a turn's few rows;
+# more go as one array per column, unnested in one statement whose text never changes
+# (psycopg parses a long VALUES statement on every call, and sends arrays in binary).
+POSTGRES_VALUES_ROWS = 8
+# The row count that stands for "any number of rows" (the arrays form).
+ANY_ROWS = 0
 # In the tables' column order, the order SQLAlchemy renders VALUES in.
 ROW_COLUMNS = {
     "turn": TURN_COLUMNS,
@@ -70,13 +84,16 @@ ROW_COLUMNS = {
 }
 
 
+# The records below are built on every turn: named tuples, which are immutable and cost
+# a third of a frozen dataclass to make.
+
+
 def turn_text(input_text: str, output_text: str) -> str:
     """A turn as one text, as the original extracts from and stores it: input, space, output."""
     return f"{input_text} {output_text}"
 
 
-@dataclass(frozen=True)
-class Mention:
+class Mention(NamedTuple):
     """An entity named in a turn: the name as extracted, its key and its type."""
 
     name: str
@@ -84,8 +101,7 @@ class Mention:
     entity_type: str = UNKNOWN_TYPE
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """How extraction went for a turn, as the ledger records it."""
 
     extractor: str
@@ -94,8 +110,7 @@ class Outcome:
     latency: float = 0.0
 
 
-@dataclass(frozen=True)
-class NewTurn:
+class NewTurn(NamedTuple):
     input_text: str
     output_text: str
     mentions: Sequence[Mention]
@@ -108,8 +123,7 @@ class NewTurn:
         return turn_text(self.input_text, self.output_text)
 
 
-@dataclass(frozen=True)
-class EntityRecord:
+class EntityRecord(NamedTuple):
     id: int
     name: str
     key: str
@@ -196,7 +210,28 @@ _ENTITY_COLUMNS = (
 )
 
 
-def _recall_lateral() -> Any:
+def _recall_by_keys(count: int) -> Any:
+    """SQLite (no LATERAL): the session's entities keyed ``:key_0`` … (unique index),
+    joined to the snippets whose ids are among each one's newest ``:limit`` (a correlated
+    subquery on the contexts index led by entity_id, read backwards and cut at the
+    limit), then fetched by primary key."""
+    newest = contexts.alias("newest")
+    newest_ids = (
+        sa.select(newest.c.id)
+        .where(newest.c.entity_id == entities.c.id)
+        .order_by(newest.c.turn_seq.desc(), newest.c.id.desc())
+        .limit(sa.bindparam("limit"))
+        .correlate(entities)
+    )
+    keys = [sa.bindparam(f"key_{i}", type_=sa.String) for i in range(count)]
+    return (
+        sa.select(*_ENTITY_COLUMNS, contexts.c.text, contexts.c.turn_seq, contexts.c.id)
+        .join_from(entities, contexts, contexts.c.id.in_(newest_ids))
+        .where(entities.c.session_id == sa.bindparam("session_id"), entities.c.name_key.in_(keys))
+    )
+
+
+def _recall_lateral(_count: int) -> Any:
     """Postgres: the session's entities keyed ``:keys`` (unique index), each joined
     LATERAL to its newest ``:limit`` snippets (the contexts index led by entity_id, read
     backwards and cut at the limit)."""
@@ -215,6 +250,11 @@ def _recall_lateral() -> Any:
             entities.c.name_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String))),
         )
     )
+
+
+@functools.cache
+def _key_names(count: int) -> tuple[str, ...]:
+    return tuple(f"key_{i}" for i in range(count))
 
 
 def _statement_sizes(count: int) -> list[int]:
@@ -238,6 +278,7 @@ class Repository:
         self.store = store
         self._dialect = store.engine.dialect
         self._insert = _dialect_insert(store.dialect)
+        self._by_columns = store.dialect == "postgresql"
         self._compiled: dict[tuple[str, int], Any] = {}
         self._builders: dict[str, Callable[[int], Any]] = {
             "turn": self._turn_statement,
@@ -245,9 +286,7 @@ class Repository:
             "entities": self._upsert_statement,
             "contexts": lambda n: self._rows_insert(contexts, CONTEXT_COLUMNS, n),
             "outcomes": lambda n: self._rows_insert(extractions, OUTCOME_COLUMNS, n),
-            "recall": lambda _count: _recall_lateral(),
-            "entities_by_key": self._entities_by_key,
-            "recent": lambda _count: self._recent_contexts,
+            "recall": _recall_lateral if self._by_columns else _recall_by_keys,
         }
         self._entity_columns = sa.select(*_ENTITY_COLUMNS)
         self._recent_contexts = (
@@ -264,14 +303,20 @@ class Repository:
         statement = self._compiled.get((kind, count))
         if statement is None:
             built = self._builders[kind](count)
-            if kind in ROW_COLUMNS:
-                statement = compile_rows(built, self._dialect, ROW_COLUMNS[kind], count)
-            else:
+            if kind not in ROW_COLUMNS:
                 statement = compile_statement(built, self._dialect)
+            elif count == ANY_ROWS:
+                statement = compile_columns(built, self._dialect, ROW_COLUMNS[kind])
+            else:
+                statement = compile_rows(built, self._dialect, ROW_COLUMNS[kind], count)
             self._compiled[kind, count] = statement
         return statement
 
     def _rows_insert(self, table: sa.Table, columns: Sequence[str], count: int) -> Any:
+        """An INSERT of ``count`` rows as multi-row VALUES, or (``ANY_ROWS``, Postgres)
+        of any number of rows unnested from one array per column."""
+        if count == ANY_ROWS:
+            return self._insert(table).from_select(list(columns), unnested_rows(table, columns))
         return self._insert(table).values(row_placeholders(table, columns, count))
 
     def _turn_statement(self, _count: int) -> Any:
@@ -306,17 +351,16 @@ class Repository:
             },
         ).returning(entities.c.id, entities.c.name_key)
 
-    def _entities_by_key(self, count: int) -> Any:
-        keys = [sa.bindparam(f"key_{i}", type_=sa.String) for i in range(count)]
-        return self._entity_columns.where(
-            entities.c.session_id == sa.bindparam("session_id"), entities.c.name_key.in_(keys)
-        )
-
     def _insert_rows(
         self, driver: DriverCursor, kind: str, rows: Sequence[Mapping[str, Any]]
     ) -> list[Any]:
-        """Insert ``rows`` with the ``kind`` statement, at most ``ROWS_PER_STATEMENT`` rows
-        a statement; the rows the statements return."""
+        """Insert ``rows`` with the ``kind`` statement; the rows it returns. On SQLite a
+        statement carries at most ``ROWS_PER_STATEMENT`` rows; on Postgres more than
+        ``POSTGRES_VALUES_ROWS`` rows go as one statement of arrays."""
+        if not rows:
+            return []
+        if self._by_columns and len(rows) > POSTGRES_VALUES_ROWS:
+            return driver.execute(self._statement(kind, ANY_ROWS), rows)
         returned: list[Any] = []
         start = 0
         for size in _statement_sizes(len(rows)):
@@ -425,17 +469,19 @@ class Repository:
         if not first:
             return
         entity_ids = self.upsert_entities(driver, list(first.values()))
-        snippets = [
-            {
-                "session_id": session_id,
-                "entity_id": entity_ids[mention.key],
-                "turn_id": turn_id,
-                "turn_seq": turn_id,
-                "text": turn.text,
-            }
-            for turn_id, turn in saved
-            for mention in turn.mentions
-        ]
+        snippets = []
+        for turn_id, turn in saved:
+            text = turn.text
+            snippets += [
+                {
+                    "session_id": session_id,
+                    "entity_id": entity_ids[mention.key],
+                    "turn_id": turn_id,
+                    "turn_seq": turn_id,
+                    "text": text,
+                }
+                for mention in turn.mentions
+            ]
         self.insert_contexts(driver, snippets)
 
     def add_context(self, entity_id: int, text: str, at: float) -> float:
@@ -608,23 +654,19 @@ class Repository:
         self, session_id: str, keys: Sequence[str], limit: int
     ) -> list[tuple[EntityRecord, list[str]]]:
         """The entities among ``keys`` that have snippets, in the order of ``keys``, each
-        with its last ``limit`` snippets (oldest first), all from one snapshot."""
-        if not keys:
-            return []
-        if self.store.dialect == "postgresql":
-            return self._recall_in_one_statement(session_id, keys, limit)
-        return self.store.run_driver_read(
-            lambda driver: self._recall_each(driver, session_id, keys, limit)
-        )
-
-    def _recall_in_one_statement(
-        self, session_id: str, keys: Sequence[str], limit: int
-    ) -> list[tuple[EntityRecord, list[str]]]:
-        """Postgres: one round trip, a LATERAL join of each entity to its newest snippets."""
-        values = {"session_id": session_id, "limit": limit, "keys": list(keys)}
-        statement = self._statement("recall", 0)
-        rows = self.store.run_driver_read(lambda driver: driver.execute(statement, values))
-        position = {key: i for i, key in enumerate(keys)}
+        with its last ``limit`` snippets (oldest first). One statement, which sees one
+        snapshot by itself, with no transaction around it (on SQLite, one per
+        ``RECALL_CHUNK`` keys)."""
+        unique = list(dict.fromkeys(keys))
+        rows: list[Any] = []
+        for chunk in self._recall_chunks(unique):
+            values: dict[str, Any] = {"session_id": session_id, "limit": limit}
+            if self._by_columns:
+                values["keys"] = chunk
+            else:
+                values.update(zip(_key_names(len(chunk)), chunk, strict=True))
+            rows += self._read(self._statement("recall", len(chunk)), values)
+        position = {key: i for i, key in enumerate(unique)}
         # Columns: the entity's six, then the snippet's text, turn_seq and id.
         rows.sort(key=lambda row: (position[row[2]], row[7], row[8]))
         recalled: dict[str, tuple[EntityRecord, list[str]]] = {}
@@ -635,28 +677,13 @@ class Repository:
             entry[1].append(row[6])
         return list(recalled.values())
 
-    def _recall_each(
-        self, driver: DriverCursor, session_id: str, keys: Sequence[str], limit: int
-    ) -> list[tuple[EntityRecord, list[str]]]:
-        """SQLite: the entities by key, then each one's newest snippets, in one read
-        transaction; statements cost microseconds there, less than one compound query."""
-        found: dict[str, EntityRecord] = {}
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), RECALL_CHUNK):
-            chunk = unique[start : start + RECALL_CHUNK]
-            values = {"session_id": session_id}
-            values.update((f"key_{i}", key) for i, key in enumerate(chunk))
-            for row in driver.execute(self._statement("entities_by_key", len(chunk)), values):
-                found[row[2]] = EntityRecord(*row)
-        recent = self._statement("recent", 1)
-        recalled = []
-        for key in unique:
-            entity = found.get(key)
-            if entity is not None:
-                newest = driver.execute(recent, {"entity_id": entity.id, "limit": limit})
-                if newest:
-                    recalled.append((entity, [text for (text,) in reversed(newest)]))
-        return recalled
+    def _read(self, statement: Any, values: dict[str, Any]) -> list[Any]:
+        return self.store.run_driver_read(lambda driver: driver.execute(statement, values))
+
+    def _recall_chunks(self, keys: list[str]) -> list[list[str]]:
+        if self._by_columns:  # Postgres: the keys travel as one array
+            return [keys] if keys else []
+        return [keys[start : start + RECALL_CHUNK] for start in range(0, len(keys), RECALL_CHUNK)]
 
     def _recent(self, connection: Connection, entity_id: int, limit: int | None) -> list[str]:
         if limit is None:

@@ -72,6 +72,8 @@ def reads_of_contexts(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
 
 
 def plan_of(engine: sa.Engine, statement: str, parameters: Any) -> str:
+    if isinstance(parameters, list):  # positional; a list would read as many rows
+        parameters = tuple(parameters)
     with engine.connect() as connection:
         if engine.dialect.name == "sqlite":
             rows = connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
