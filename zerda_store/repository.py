@@ -1,8 +1,11 @@
-"""All SQL of zerda_store. It speaks in plain values and small dataclasses.
+"""All SQL of zerda_store. It speaks in plain values and small records.
 
-Statements are built once per repository and executed many times. Every write runs in one
-transaction through :meth:`Store.run_write`; entity upserts take their keys in sorted order
-so that two turns naming the same entities cannot deadlock each other.
+Statements are SQLAlchemy Core built from :mod:`zerda_store.schema`. The chat-turn path
+(save, bulk save, recall) compiles its statements once per repository and runs them on
+the driver's cursor (:mod:`zerda_store.driver`); the rest goes through SQLAlchemy's
+execution. Every write runs in one transaction (:meth:`Store.run_write`,
+:meth:`Store.run_driver_write`); entity upserts take their keys in sorted order so that
+two turns naming the same entities cannot deadlock each other.
 """
 
 from __future__ import annotations
