@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--turns", type=int, help="turns per variant in (a) and (b)")
-    parser.add_argument("--quick", action="store_true", help="a smaller run (~40 s)")
+    parser.add_argument("--quick", action="store_true", help="a smaller run (~20 s)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     parser.add_argument("--sections", default=ALL_SECTIONS, help="a subset of 'abcdefg'")
     parser.add_argument("--folder", help="where the SQLite files go (default: the temp folder)")
