@@ -1065,3 +1065,39 @@ def test_a_turn_keeps_the_first_spelling_and_the_first_known_type(make_memory):
     assert memory.chat_memory[0]["entities"] == ["zed", "Alice"]
     assert memory.get_entity_info("Zed")["type"] == "ORG"
     assert memory.get_entity_info("alice")["type"] == "PERSON"
+
+
+def test_a_large_save_contexts_gives_the_same_state_as_a_save_context_loop(make_memory):
+    """Enough rows for several statements a table on SQLite and for the arrays form on
+    Postgres (more than 8 rows), with names coming back across the batch."""
+    names = [f"Client {n:02d}" for n in range(40)]
+    pairs = [
+        (
+            {"input": f"{names[i % 40]} met {names[(i * 7 + 3) % 40]}"},
+            {"output": f"{names[(i * 13 + 5) % 40]} follows up, #{i}"},
+        )
+        for i in range(150)
+    ]
+    looped = make_memory(KeywordLLM(names), session_id="looped")
+    bulk = make_memory(KeywordLLM(names), session_id="bulk")
+    for inputs, outputs in pairs:
+        looped.save_context(inputs, outputs)
+
+    assert bulk.save_contexts(pairs) == 150
+
+    def state(memory):
+        return {
+            "chat_memory": list(memory.chat_memory),
+            "entities": memory.list_entities(),
+            "details": [
+                {k: v for k, v in memory.get_entity_info(name).items() if "seen" not in k}
+                for name in names
+            ],
+            "stats": memory.get_memory_stats(),
+            "recall": [
+                recall(memory, f"{a} and {b}") for a, b in zip(names[:-5], names[5:], strict=True)
+            ],
+        }
+
+    assert state(bulk) == state(looped)
+    assert len(state(bulk)["entities"]) == 40

@@ -1,0 +1,121 @@
+"""Compiled statements: the parameters they build must be the ones their SQL expects."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import psycopg
+
+from zerda_store.driver import (
+    RowsStatement,
+    compile_columns,
+    compile_rows,
+    compile_statement,
+    row_placeholders,
+    unnested_rows,
+)
+from zerda_store.repository import ROW_COLUMNS, _statement_sizes
+from zerda_store.schema import contexts, entities, extractions, turns
+
+TABLES = {"turns": turns, "entities": entities, "contexts": contexts, "outcomes": extractions}
+
+
+def _row(kind: str, rng: random.Random) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for column in ROW_COLUMNS[kind]:
+        type_ = TABLES[kind].c[column].type
+        if isinstance(type_, sa.Float):
+            values[column] = rng.random() * 1e9
+        elif isinstance(type_, sa.JSON):
+            values[column] = [f"name {rng.randint(0, 9)}"]
+        elif isinstance(type_, sa.Integer):
+            values[column] = rng.randint(1, 10**6)
+        else:
+            values[column] = f"{column} {rng.randint(0, 10**6)}"
+    return values
+
+
+@pytest.mark.parametrize("kind", ["turns", "entities", "contexts", "outcomes"])
+@pytest.mark.parametrize("count", [1, 3, 8, 17])
+def test_flat_row_parameters_match_the_named_ones(kind: str, count: int) -> None:
+    table = TABLES[kind]
+    statement = sqlite.insert(table).values(row_placeholders(table, ROW_COLUMNS[kind], count))
+    if kind == "entities":  # a literal after the rows' placeholders
+        statement = statement.on_conflict_do_update(
+            index_elements=["session_id", "name_key"],
+            set_={"entity_type": sa.case((table.c.entity_type == "unknown", "x"), else_="y")},
+        )
+    compiled = compile_rows(statement, sqlite.dialect(), ROW_COLUMNS[kind], count)
+    rows = [_row(kind, random.Random(n)) for n in range(count)]
+    slow = RowsStatement.__new__(RowsStatement)
+    slow.__dict__.update(compiled.__dict__)
+    slow._flat = False
+
+    assert compiled._flat
+    assert compiled.parameters(rows) == list(slow.parameters(rows))
+    assert compiled.sql.count("?") == len(compiled.parameters(rows))
+
+
+def test_json_values_are_encoded_in_their_column_only() -> None:
+    columns = ROW_COLUMNS["turns"]
+    statement = sqlite.insert(turns).values(row_placeholders(turns, columns, 2))
+    compiled = compile_rows(statement, sqlite.dialect(), columns, 2)
+    rows = [_row("turns", random.Random(n)) for n in range(2)]
+
+    parameters = compiled.parameters(rows)
+
+    width = len(columns)
+    names_at = columns.index("entity_names")
+    assert [json.loads(parameters[names_at + i * width]) for i in range(2)] == [
+        row["entity_names"] for row in rows
+    ]
+    assert parameters[columns.index("input_text")] == rows[0]["input_text"]
+
+
+def test_literals_fill_their_places_in_positional_parameters() -> None:
+    statement = (
+        sa.select(contexts.c.text)
+        .where(contexts.c.entity_id == sa.bindparam("entity_id"), contexts.c.text != "skip me")
+        .limit(sa.bindparam("limit"))
+    )
+    compiled = compile_statement(statement, sqlite.dialect())
+
+    assert compiled.parameters({"entity_id": 7, "limit": 3}) == [7, "skip me", 3, 0]
+
+
+def test_expanding_parameters_are_refused() -> None:
+    statement = sa.select(turns.c.id).where(turns.c.id.in_(sa.bindparam("ids", expanding=True)))
+    with pytest.raises(ValueError, match="expanding"):
+        compile_statement(statement, sqlite.dialect())
+
+
+def test_postgres_arrays_go_in_binary_one_list_per_column() -> None:
+    columns = ROW_COLUMNS["contexts"]
+    statement = postgresql.insert(contexts).from_select(
+        list(columns), unnested_rows(contexts, columns)
+    )
+    compiled = compile_columns(statement, psycopg.dialect(), columns)
+    rows = [_row("contexts", random.Random(n)) for n in range(3)]
+
+    assert all(f"%({column})b" in compiled.sql for column in columns)
+    assert "s::" not in compiled.sql.replace("%(", "")  # no text-format placeholder left
+    parameters = compiled.parameters(rows)
+    assert {column: list(parameters[column]) for column in columns} == {
+        column: [row[column] for row in rows] for column in columns
+    }
+
+
+def test_statement_sizes_cover_every_row_with_few_distinct_sizes() -> None:
+    seen: set[int] = set()
+    for count in range(300):
+        sizes = _statement_sizes(count)
+        seen.update(sizes)
+
+        assert sum(sizes) == count
+        assert all(0 < size <= 64 for size in sizes)
+        assert len(sizes) <= count // 64 + 2
+    assert seen == {*range(1, 9), *range(16, 65, 8)}
