@@ -75,8 +75,9 @@ def driver_calls(
     inject a fault at that point."""
     dialect = engine.dialect
     sent: list[tuple[str, Any]] = []
-    execute, execute_no_params, commit = (
+    execute, execute_many, execute_no_params, commit = (
         dialect.do_execute,
+        dialect.do_executemany,
         dialect.do_execute_no_params,
         dialect.do_commit,
     )
@@ -90,6 +91,10 @@ def driver_calls(
         seen(cursor, statement, parameters)
         execute(cursor, statement, parameters, context)
 
+    def do_executemany(cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
+        seen(cursor, statement, parameters)
+        execute_many(cursor, statement, parameters, context)
+
     def do_execute_no_params(cursor: Any, statement: str, context: Any = None) -> None:
         seen(cursor, statement, None)
         execute_no_params(cursor, statement, context)
@@ -101,6 +106,7 @@ def driver_calls(
 
     hooks = {
         "do_execute": do_execute,
+        "do_executemany": do_executemany,
         "do_execute_no_params": do_execute_no_params,
         "do_commit": do_commit,
     }

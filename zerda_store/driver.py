@@ -21,7 +21,7 @@ from typing import Any, Protocol, cast
 
 from sqlalchemy import Select, Table, bindparam, func, select
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -119,7 +119,7 @@ class ColumnsStatement:
     """A statement made with :func:`unnested_rows`; its parameters come from row
     mappings, one list per column."""
 
-    def __init__(self, compiled: CompiledStatement, columns: Sequence[str]):
+    def __init__(self, compiled: CompiledStatement, table: Table, columns: Sequence[str]):
         # psycopg's %b sends a parameter in binary: arrays of text go about 4× faster than
         # in text format, which escapes every element.
         sql = compiled.sql
@@ -128,18 +128,29 @@ class ColumnsStatement:
         self.sql = sql
         self._compiled = compiled
         self._columns = tuple(columns)
+        # psycopg refuses a list that mixes ints and floats: numbers take their column's type.
+        self._numbers: dict[str, type] = {}
+        for column in columns:
+            python_type = table.c[column].type.python_type
+            if python_type in (int, float):
+                self._numbers[column] = python_type
 
     def parameters(self, rows: Sequence[Mapping[str, Any]]) -> Any:
-        return self._compiled.parameters(
-            {column: [row[column] for row in rows] for column in self._columns}
-        )
+        arrays = {}
+        for column in self._columns:
+            values = [row[column] for row in rows]
+            number = self._numbers.get(column)
+            if number is not None:
+                values = [value if value is None else number(value) for value in values]
+            arrays[column] = values
+        return self._compiled.parameters(arrays)
 
 
 def compile_columns(
-    statement: ClauseElement, dialect: Dialect, columns: Sequence[str]
+    statement: ClauseElement, dialect: Dialect, table: Table, columns: Sequence[str]
 ) -> ColumnsStatement:
     """Compile once a statement whose rows come from :func:`unnested_rows`."""
-    return ColumnsStatement(compile_statement(statement, dialect), columns)
+    return ColumnsStatement(compile_statement(statement, dialect), table, columns)
 
 
 def _row_name(row: int, column: str) -> str:
@@ -197,6 +208,27 @@ class Runnable(Protocol):
     sql: str
 
     def parameters(self, values: Any) -> Any: ...
+
+
+class StatementRunner(Protocol):
+    def execute(self, statement: Runnable, values: Any) -> list[Any]: ...
+
+
+class CoreCursor:
+    """Runs compiled statements inside a transaction that a SQLAlchemy connection runs,
+    through it: its events, error wrapping and invalidation apply as to any statement."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def execute(self, statement: Runnable, values: Any) -> list[Any]:
+        parameters = statement.parameters(values)
+        if isinstance(parameters, list):  # positional; a list would mean many rows
+            parameters = tuple(parameters)
+        result = self._connection.exec_driver_sql(statement.sql, parameters)
+        return list(result.all()) if result.returns_rows else []
 
 
 class DriverCursor:

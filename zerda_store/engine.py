@@ -247,7 +247,8 @@ class Store:
         token = _NO_PING.set(not ping)
         try:
             return open_connection()
-        except DBAPIError as exc:
+        # A pool's raw connection reports the driver's own error, not SQLAlchemy's.
+        except (DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
             raise self.unavailable(exc) from None
         finally:
             _NO_PING.reset(token)
@@ -317,17 +318,17 @@ class Store:
 
     def _on_driver(self, work: Callable[[DriverCursor], T], *, write: bool) -> T:
         """One attempt of ``work`` on a pooled driver connection. Driver errors come out
-        as SQLAlchemy's :class:`DBAPIError` subclasses, as on the Core path; a connection
-        found dead is dropped from the pool."""
+        as SQLAlchemy's :class:`DBAPIError` subclasses, as on the Core path; after a lost
+        connection the pool's other connections are dropped too (they are most likely
+        gone with it, as SQLAlchemy assumes on its own path)."""
         dialect = self.engine.dialect
         connection = self._checked_out(self.engine.raw_connection, ping=False)
-        dbapi_connection = connection.dbapi_connection
         cursor = None
         autocommit = not write and self.dialect == "postgresql"
         committing = False
         try:
             if autocommit:
-                dbapi_connection.autocommit = True  # type: ignore[union-attr]
+                connection.dbapi_connection.autocommit = True  # type: ignore[union-attr]
             cursor = connection.cursor()
             driver = DriverCursor(dialect, cursor)
             if write and self.dialect == "sqlite":
@@ -339,9 +340,10 @@ class Store:
                 dialect.do_commit(connection)
             return result
         except dialect.loaded_dbapi.Error as orig:
-            lost = dialect.is_disconnect(orig, dbapi_connection, cursor)
+            lost = dialect.is_disconnect(orig, connection.dbapi_connection, cursor)
             if lost:
                 connection.invalidate(orig)
+                self.engine.dispose()
             error = cast(
                 DBAPIError,
                 DBAPIError.instance(
@@ -357,9 +359,20 @@ class Store:
                 raise _LostCommit(error) from orig
             raise error from orig
         finally:
+            self._give_back(connection, cursor, autocommit)
+
+    @staticmethod
+    def _give_back(connection: Any, cursor: Any, autocommit: bool) -> None:
+        """Return a driver-level connection to the pool, which rolls back whatever the
+        attempt left open; one that cannot be reset is dropped instead."""
+        try:
+            if cursor is not None:
+                cursor.close()
             if autocommit and connection.is_valid:
-                dbapi_connection.autocommit = False  # type: ignore[union-attr]
-            # Back to the pool, which rolls back whatever this attempt left open.
+                connection.dbapi_connection.autocommit = False
+        except Exception as exc:
+            connection.invalidate(exc)
+        finally:
             connection.close()
 
     def describe(self, exc: BaseException) -> str:

@@ -22,7 +22,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 
 from .driver import (
-    DriverCursor,
+    CoreCursor,
+    StatementRunner,
     compile_columns,
     compile_rows,
     compile_statement,
@@ -77,6 +78,13 @@ OUTCOME_COLUMNS = (
 POSTGRES_VALUES_ROWS = 8
 # The row count that stands for "any number of rows" (the arrays form).
 ANY_ROWS = 0
+ROW_TABLES = {
+    "turn": turns,
+    "turns": turns,
+    "entities": entities,
+    "contexts": contexts,
+    "outcomes": extractions,
+}
 # In the tables' column order, the order SQLAlchemy renders VALUES in.
 ROW_COLUMNS = {
     "turn": TURN_COLUMNS,
@@ -309,7 +317,8 @@ class Repository:
             if kind not in ROW_COLUMNS:
                 statement = compile_statement(built, self._dialect)
             elif count == ANY_ROWS:
-                statement = compile_columns(built, self._dialect, ROW_COLUMNS[kind])
+                table = ROW_TABLES[kind]
+                statement = compile_columns(built, self._dialect, table, ROW_COLUMNS[kind])
             else:
                 statement = compile_rows(built, self._dialect, ROW_COLUMNS[kind], count)
             self._compiled[kind, count] = statement
@@ -355,7 +364,7 @@ class Repository:
         ).returning(entities.c.id, entities.c.name_key)
 
     def _insert_rows(
-        self, driver: DriverCursor, kind: str, rows: Sequence[Mapping[str, Any]]
+        self, driver: StatementRunner, kind: str, rows: Sequence[Mapping[str, Any]]
     ) -> list[Any]:
         """Insert ``rows`` with the ``kind`` statement; the rows it returns. On SQLite a
         statement carries at most ``ROWS_PER_STATEMENT`` rows; on Postgres more than
@@ -371,9 +380,9 @@ class Repository:
             start += size
         return returned
 
-    def driver(self, connection: Connection) -> DriverCursor:
+    def driver(self, connection: Connection) -> StatementRunner:
         """Compiled statements inside a transaction that a Core connection runs."""
-        return DriverCursor(self._dialect, connection.connection.cursor())
+        return CoreCursor(connection)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -381,7 +390,7 @@ class Repository:
         """Store one turn with its entities and snippets; None if its idempotency key was
         already used in this session."""
 
-        def work(driver: DriverCursor) -> int | None:
+        def work(driver: StatementRunner) -> int | None:
             inserted = self._insert_rows(driver, "turn", [self._turn_row(session_id, turn)])
             if not inserted:
                 return None
@@ -397,7 +406,7 @@ class Repository:
         if not new_turns:
             return []
 
-        def work(driver: DriverCursor) -> list[int]:
+        def work(driver: StatementRunner) -> list[int]:
             ids = self.insert_turns(driver, [self._turn_row(session_id, t) for t in new_turns])
             saved = list(zip(ids, new_turns, strict=True))
             self._attach(driver, session_id, saved)
@@ -407,7 +416,7 @@ class Repository:
 
         return self.store.run_driver_write(work)
 
-    def insert_turns(self, driver: DriverCursor, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    def insert_turns(self, driver: StatementRunner, rows: Sequence[Mapping[str, Any]]) -> list[int]:
         """Insert turns; their new ids in the order of ``rows``. Ids grow in the order rows
         are inserted within a statement (SQLite AUTOINCREMENT, a Postgres identity), so
         sorted ids line up with the rows whatever order RETURNING gives them in."""
@@ -434,20 +443,20 @@ class Repository:
         }
 
     def upsert_entities(
-        self, driver: DriverCursor, rows: Sequence[Mapping[str, Any]]
+        self, driver: StatementRunner, rows: Sequence[Mapping[str, Any]]
     ) -> dict[str, int]:
         """Insert or update entities, in key order; their ids by key."""
         ordered = sorted(rows, key=lambda row: row["name_key"])
         return {key: int(i) for i, key in self._insert_rows(driver, "entities", ordered)}
 
-    def insert_contexts(self, driver: DriverCursor, rows: Sequence[Mapping[str, Any]]) -> None:
+    def insert_contexts(self, driver: StatementRunner, rows: Sequence[Mapping[str, Any]]) -> None:
         self._insert_rows(driver, "contexts", rows)
 
-    def insert_outcomes(self, driver: DriverCursor, rows: Sequence[Mapping[str, Any]]) -> None:
+    def insert_outcomes(self, driver: StatementRunner, rows: Sequence[Mapping[str, Any]]) -> None:
         self._insert_rows(driver, "outcomes", rows)
 
     def _attach(
-        self, driver: DriverCursor, session_id: str, saved: list[tuple[int, NewTurn]]
+        self, driver: StatementRunner, session_id: str, saved: list[tuple[int, NewTurn]]
     ) -> None:
         """Upsert the entities of saved turns (in key order) and add one snippet per mention."""
         first: dict[str, dict[str, Any]] = {}
@@ -668,7 +677,9 @@ class Repository:
                 values["keys"] = chunk
             else:
                 values.update(zip(_key_names(len(chunk)), chunk, strict=True))
-            rows += self._read(self._statement("recall", len(chunk)), values)
+            # Postgres has one recall statement for any number of keys.
+            count = ANY_ROWS if self._by_columns else len(chunk)
+            rows += self._read(self._statement("recall", count), values)
         position = {key: i for i, key in enumerate(unique)}
         # Columns: the entity's six, then the snippet's text, turn_seq and id.
         rows.sort(key=lambda row: (position[row[2]], row[7], row[8]))

@@ -288,3 +288,27 @@ def test_a_session_id_the_api_refuses_is_refused_by_import(shared_populated, tmp
 
     assert "255" in line
     assert json_of(invoke(shared_populated, "sessions", "--json")) == sessions_before
+
+
+def test_a_file_with_whole_numbers_for_times_imports(shared_populated, tmp_path):
+    """JSON does not tell 1700000000 from 1700000000.0; many turns (arrays on Postgres)
+    mixing both must import as they read."""
+    records = [json.loads(line) for line in export_file(shared_populated, "acme", tmp_path / "a")]
+    turns = [r for r in records if r["kind"] == "turn"]
+    template = turns[0]
+    extra = [
+        {**template, "id": 10_000 + n, "idempotency_key": None, "created_at": 1_700_000_000 + n}
+        for n in range(12)
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        "\n".join(json.dumps(r) for r in [records[0], *turns, *extra, *records[len(turns) + 1 :]])
+        + "\n",
+        encoding="utf-8",
+    )
+
+    succeeded(import_file(shared_populated, path, "acme-mixed"))
+
+    imported = [r for r in export_records(shared_populated, "acme-mixed") if r["kind"] == "turn"]
+    assert len(imported) == len(turns) + 12
+    assert [r["created_at"] for r in imported[-12:]] == [1_700_000_000 + n for n in range(12)]

@@ -338,3 +338,34 @@ def test_a_turn_that_hits_a_deadlock_is_retried_whole_without_duplicates(
     assert len(turn_inserts) == 2  # the whole turn ran again, from its first statement
     with inspect_database(postgres_url) as connection:
         assert table_counts(connection, session_id) == (1, 3, 3)
+
+
+@pytest.mark.postgres
+def test_a_repair_that_hits_a_deadlock_is_retried_whole(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """reextract runs in a Core transaction with compiled inserts inside it: their driver
+    errors must come out as SQLAlchemy's, so that a deadlock is retried there too."""
+    session_id = f"crm-{uuid.uuid4().hex[:8]}"
+    extractor = NamesExtractor([ADA, BO])
+    memory = ConversationEntityMemory(
+        extractor=extractor, database_url=postgres_url, session_id=session_id
+    )
+    extractor.names = None  # type: ignore[assignment]  (extract() raises: the turn fails)
+    memory.save_context({"input": "Ada and Bo signed."}, {"output": "Great."})
+    extractor.names = [ADA, BO]
+    injected: list[str] = []
+
+    def fail_once(_cursor: Any, statement: str, _parameters: Any) -> None:
+        if statement.startswith("INSERT INTO entities") and not injected:
+            injected.append(statement)
+            raise psycopg.errors.DeadlockDetected("injected by the test")
+
+    with driver_calls(memory.store.engine, before_statement=fail_once):
+        assert memory.reextract() == {"repaired": 1, "failed": 0}
+    memory.close()
+
+    assert len(injected) == 1
+    assert retries(caplog) == ["DeadlockDetected"]
+    with inspect_database(postgres_url) as connection:
+        assert table_counts(connection, session_id) == (1, 2, 2)

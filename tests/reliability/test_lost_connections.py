@@ -24,7 +24,7 @@ from tests.reliability.helpers import (
     table_counts,
 )
 from tests.support import driver_calls
-from zerda_store import ConversationEntityMemory, StoreError
+from zerda_store import ConversationEntityMemory, DatabaseUnavailableError, StoreError
 from zerda_store.schema import turns
 
 pytestmark = pytest.mark.postgres
@@ -113,6 +113,54 @@ def test_calls_after_the_connections_were_terminated_work(
 
     with inspect_database(postgres_url) as connection:
         assert table_counts(connection, "crm-lost") == (2, 3, 6)
+
+
+def _fill_the_pool(memory: ConversationEntityMemory, count: int) -> None:
+    """Leave ``count`` idle connections in the pool, as after concurrent use."""
+    held = [memory.store.engine.raw_connection() for _ in range(count)]
+    for connection in held:
+        connection.close()
+    assert memory.store.engine.pool.checkedin() >= count  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("call", ["save_context", "load_memory_variables"])
+def test_a_pool_full_of_dead_connections_does_not_fail_the_next_call(
+    memory: ConversationEntityMemory, terminator: Terminator, call: str
+) -> None:
+    """More dead connections than attempts: after the first lost one, the rest of the
+    pool is dropped instead of being tried one by one."""
+    memory.save_context({"input": "[t0] Alice Harper renewed."}, {"output": "Noted."})
+    _fill_the_pool(memory, 5)  # the pool keeps 5; a call makes at most 4 attempts
+    assert terminator.terminate_all() >= 5
+
+    if call == "save_context":
+        memory.save_context({"input": "[t1] Alice Harper again."}, {"output": "Noted."})
+        assert len(memory.chat_memory) == 2
+    else:
+        recalled = memory.load_memory_variables({"input": "Alice Harper?"})["entity_info"]
+        assert "[t0] Alice Harper renewed. Noted." in recalled
+
+
+def test_a_server_that_refuses_connections_is_reported_as_unavailable(
+    memory: ConversationEntityMemory, terminator: Terminator, postgres_admin: sa.Engine
+) -> None:
+    memory.save_context({"input": "[t0] Alice Harper renewed."}, {"output": "Noted."})
+    database = terminator.database
+    with postgres_admin.connect() as connection:
+        connection.execute(sa.text(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS false'))
+    try:
+        terminator.terminate_all()
+        for call in (
+            lambda: memory.load_memory_variables({"input": "Alice Harper?"}),
+            lambda: memory.save_context({"input": "Alice Harper"}, {"output": "x"}),
+        ):
+            with pytest.raises(DatabaseUnavailableError, match="cannot connect to postgresql"):
+                call()
+    finally:
+        with postgres_admin.connect() as connection:
+            connection.execute(sa.text(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS true'))
+    memory.save_context({"input": "[t1] Alice Harper again."}, {"output": "Noted."})
+    assert len(memory.chat_memory) == 2
 
 
 def _statements_of_a_keyed_save(memory: ConversationEntityMemory) -> int:

@@ -98,7 +98,7 @@ def test_postgres_arrays_go_in_binary_one_list_per_column() -> None:
     statement = postgresql.insert(contexts).from_select(
         list(columns), unnested_rows(contexts, columns)
     )
-    compiled = compile_columns(statement, psycopg.dialect(), columns)
+    compiled = compile_columns(statement, psycopg.dialect(), contexts, columns)
     rows = [_row("contexts", random.Random(n)) for n in range(3)]
 
     assert all(f"%({column})b" in compiled.sql for column in columns)
@@ -107,6 +107,20 @@ def test_postgres_arrays_go_in_binary_one_list_per_column() -> None:
     assert {column: list(parameters[column]) for column in columns} == {
         column: [row[column] for row in rows] for column in columns
     }
+
+
+def test_postgres_number_arrays_take_their_column_type() -> None:
+    """psycopg refuses a list that mixes ints and floats (an imported file may)."""
+    columns = ROW_COLUMNS["turns"]
+    statement = postgresql.insert(turns).from_select(list(columns), unnested_rows(turns, columns))
+    compiled = compile_columns(statement, psycopg.dialect(), turns, columns)
+    rows = [_row("turns", random.Random(n)) for n in range(3)]
+    rows[0]["created_at"], rows[1]["created_at"] = 1700000000, None
+
+    created = compiled.parameters(rows)["created_at"]
+
+    assert created[:2] == [1700000000.0, None]
+    assert [type(value) for value in created] == [float, type(None), float]
 
 
 def test_statement_sizes_cover_every_row_with_few_distinct_sizes() -> None:
