@@ -1,195 +1,53 @@
 """All SQL of zerda_store. It speaks in plain values and small records.
 
 Statements are SQLAlchemy Core built from :mod:`zerda_store.schema`. The chat-turn path
-(save, bulk save, recall) compiles its statements once per repository and runs them on
-the driver's cursor (:mod:`zerda_store.driver`); the rest goes through SQLAlchemy's
-execution. Every write runs in one transaction (:meth:`Store.run_write`,
+(save, bulk save, recall) takes its statements from :mod:`zerda_store.statements`,
+compiled once per repository, and runs them on the driver's cursor
+(:mod:`zerda_store.driver`); the rest goes through SQLAlchemy's execution. Every write runs in one transaction (:meth:`Store.run_write`,
 :meth:`Store.run_driver_write`); entity upserts take their keys in sorted order so that
 two turns naming the same entities cannot deadlock each other.
 """
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 
-from .driver import (
-    CoreCursor,
-    StatementRunner,
-    compile_columns,
-    compile_rows,
-    compile_statement,
-    row_placeholders,
-    unnested_rows,
-)
-from .engine import Store, StoreError
+from .driver import CoreCursor, StatementRunner
+from .engine import Store
 from .names import UNKNOWN_TYPE, name_key
+from .records import (
+    EntityRecord,
+    ForgetReceipt,
+    Mention,
+    NewTurn,
+    Outcome,
+    PendingTurn,
+    SessionStats,
+    TurnRecord,
+    turn_text,
+)
 from .schema import contexts, entities, extractions, turns
+from .statements import ENTITY_SELECT, NEWEST_FIRST, TurnStatements
+
+__all__ = [
+    "EntityRecord",
+    "ForgetReceipt",
+    "Mention",
+    "NewTurn",
+    "Outcome",
+    "PendingTurn",
+    "Repository",
+    "SessionStats",
+    "TurnRecord",
+    "turn_text",
+]
 
 PAGE_SIZE = 500
-# Rows a multi-row INSERT carries at most (8 columns × 64 stays under every SQLite's limit
-# of 999 parameters).
-ROWS_PER_STATEMENT = 64
-# Keys recalled by one statement on SQLite (more take several); Postgres takes any number.
-RECALL_CHUNK = 32
-
-
-TURN_COLUMNS = (
-    "session_id",
-    "input_text",
-    "output_text",
-    "entity_names",
-    "created_at",
-    "idempotency_key",
-)
-ENTITY_COLUMNS = (
-    "session_id",
-    "name_key",
-    "name",
-    "entity_type",
-    "first_seen",
-    "last_seen",
-    "first_turn_id",
-    "first_position",
-)
-CONTEXT_COLUMNS = ("session_id", "entity_id", "turn_id", "turn_seq", "text")
-OUTCOME_COLUMNS = (
-    "session_id",
-    "turn_id",
-    "extractor",
-    "status",
-    "error",
-    "latency_ms",
-    "entity_count",
-    "attempts",
-    "updated_at",
-)
-# Postgres: up to this many rows an INSERT sends VALUES, cheapest for a turn's few rows;
-# more go as one array per column, unnested in one statement whose text never changes
-# (psycopg parses a long VALUES statement on every call, and sends arrays in binary).
-POSTGRES_VALUES_ROWS = 8
-# The row count that stands for "any number of rows" (the arrays form).
-ANY_ROWS = 0
-ROW_TABLES = {
-    "turn": turns,
-    "turns": turns,
-    "entities": entities,
-    "contexts": contexts,
-    "outcomes": extractions,
-}
-# In the tables' column order, the order SQLAlchemy renders VALUES in.
-ROW_COLUMNS = {
-    "turn": TURN_COLUMNS,
-    "turns": TURN_COLUMNS,
-    "entities": ENTITY_COLUMNS,
-    "contexts": CONTEXT_COLUMNS,
-    "outcomes": OUTCOME_COLUMNS,
-}
-
-
-# The records below are built on every turn: named tuples, which are immutable and cost
-# a third of a frozen dataclass to make.
-
-
-def turn_text(input_text: str, output_text: str) -> str:
-    """A turn as one text, as the original extracts from and stores it: input, space, output."""
-    return f"{input_text} {output_text}"
-
-
-class Mention(NamedTuple):
-    """An entity named in a turn: the name as extracted, its key and its type."""
-
-    name: str
-    key: str
-    entity_type: str = UNKNOWN_TYPE
-
-
-class Outcome(NamedTuple):
-    """How extraction went for a turn, as the ledger records it."""
-
-    extractor: str
-    status: str
-    error: str | None = None
-    latency: float = 0.0
-
-
-class NewTurn(NamedTuple):
-    input_text: str
-    output_text: str
-    mentions: Sequence[Mention]
-    created_at: float
-    idempotency_key: str | None = None
-    outcome: Outcome = Outcome("none", "ok")
-
-    @property
-    def text(self) -> str:
-        return turn_text(self.input_text, self.output_text)
-
-
-class EntityRecord(NamedTuple):
-    id: int
-    name: str
-    key: str
-    entity_type: str
-    first_seen: float
-    last_seen: float
-
-
-@dataclass(frozen=True)
-class TurnRecord:
-    id: int
-    input_text: str
-    output_text: str
-    entity_names: list[str]
-
-
-@dataclass(frozen=True)
-class PendingTurn:
-    """A turn whose extraction failed, waiting to be extracted again."""
-
-    id: int
-    session_id: str
-    input_text: str
-    output_text: str
-    created_at: float
-
-    @property
-    def text(self) -> str:
-        return turn_text(self.input_text, self.output_text)
-
-
-@dataclass(frozen=True)
-class SessionStats:
-    entity_count: int
-    message_count: int
-    total_contexts: int
-
-
-@dataclass(frozen=True)
-class ForgetReceipt:
-    """What :meth:`Repository.forget_entity` deleted."""
-
-    entity: str | None = None
-    entities: int = 0
-    contexts: int = 0
-    turns_deleted: int = 0
-    turns_updated: int = 0
-
-
-def _dialect_insert(dialect: str) -> Any:
-    if dialect == "postgresql":
-        return postgresql.insert
-    if dialect == "sqlite":
-        return sqlite.insert
-    raise StoreError(f"unsupported database {dialect!r}: zerda_store runs on SQLite and Postgres")
 
 
 def _ledger_values(outcome: Outcome, entity_count: int, at: float) -> dict[str, Any]:
@@ -210,175 +68,19 @@ def _entity(row: Any) -> EntityRecord:
     )
 
 
-_NEWEST_FIRST = (contexts.c.turn_seq.desc(), contexts.c.id.desc())
-_ENTITY_COLUMNS = (
-    entities.c.id,
-    entities.c.name,
-    entities.c.name_key,
-    entities.c.entity_type,
-    entities.c.first_seen,
-    entities.c.last_seen,
-)
-
-
-def _recall_by_keys(count: int) -> Any:
-    """SQLite (no LATERAL): the session's entities keyed ``:key_0`` … (unique index),
-    joined to the snippets whose ids are among each one's newest ``:limit`` (a correlated
-    subquery on the contexts index led by entity_id, read backwards and cut at the
-    limit), then fetched by primary key."""
-    newest = contexts.alias("newest")
-    newest_ids = (
-        sa.select(newest.c.id)
-        .where(newest.c.entity_id == entities.c.id)
-        .order_by(newest.c.turn_seq.desc(), newest.c.id.desc())
-        .limit(sa.bindparam("limit"))
-        .correlate(entities)
-    )
-    keys = [sa.bindparam(f"key_{i}", type_=sa.String) for i in range(count)]
-    return (
-        sa.select(*_ENTITY_COLUMNS, contexts.c.text, contexts.c.turn_seq, contexts.c.id)
-        .join_from(entities, contexts, contexts.c.id.in_(newest_ids))
-        .where(entities.c.session_id == sa.bindparam("session_id"), entities.c.name_key.in_(keys))
-    )
-
-
-def _recall_lateral(_count: int) -> Any:
-    """Postgres: the session's entities keyed ``:keys`` (unique index), each joined
-    LATERAL to its newest ``:limit`` snippets (the contexts index led by entity_id, read
-    backwards and cut at the limit)."""
-    newest = (
-        sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"))
-        .where(contexts.c.entity_id == entities.c.id)
-        .order_by(*_NEWEST_FIRST)
-        .limit(sa.bindparam("limit"))
-        .lateral("newest")
-    )
-    return (
-        sa.select(*_ENTITY_COLUMNS, newest.c.text, newest.c.turn_seq, newest.c.context_id)
-        .join_from(entities, newest, sa.true())
-        .where(
-            entities.c.session_id == sa.bindparam("session_id"),
-            entities.c.name_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String))),
-        )
-    )
-
-
-@functools.cache
-def _key_names(count: int) -> tuple[str, ...]:
-    return tuple(f"key_{i}" for i in range(count))
-
-
-def _statement_sizes(count: int) -> list[int]:
-    """How many rows each statement of an insert of ``count`` rows carries: full
-    statements, then a multiple of 8, then the rest. Few sizes, so few statements to
-    compile, and at most three statements beyond the full ones."""
-    sizes = [ROWS_PER_STATEMENT] * (count // ROWS_PER_STATEMENT)
-    rest = count % ROWS_PER_STATEMENT
-    if rest > 8:
-        sizes.append(rest - rest % 8)
-        rest %= 8
-    if rest:
-        sizes.append(rest)
-    return sizes
-
-
 class Repository:
     """The only place that talks to the tables."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._dialect = store.engine.dialect
-        self._insert = _dialect_insert(store.dialect)
-        self._by_columns = store.dialect == "postgresql"
-        self._compiled: dict[tuple[str, int], Any] = {}
-        self._builders: dict[str, Callable[[int], Any]] = {
-            "turn": self._turn_statement,
-            "turns": lambda n: self._rows_insert(turns, TURN_COLUMNS, n).returning(turns.c.id),
-            "entities": self._upsert_statement,
-            "contexts": lambda n: self._rows_insert(contexts, CONTEXT_COLUMNS, n),
-            "outcomes": lambda n: self._rows_insert(extractions, OUTCOME_COLUMNS, n),
-            "recall": _recall_lateral if self._by_columns else _recall_by_keys,
-        }
-        self._entity_columns = sa.select(*_ENTITY_COLUMNS)
+        self._statements = TurnStatements(store.engine.dialect)
+        self._entity_columns = sa.select(*ENTITY_SELECT)
         self._recent_contexts = (
             sa.select(contexts.c.text)
             .where(contexts.c.entity_id == sa.bindparam("entity_id"))
-            .order_by(*_NEWEST_FIRST)
+            .order_by(*NEWEST_FIRST)
             .limit(sa.bindparam("limit"))
         )
-
-    # -- statements, compiled once ----------------------------------------------------
-
-    def _statement(self, kind: str, count: int) -> Any:
-        """The ``kind`` statement for ``count`` rows (or keys), compiled on first use."""
-        statement = self._compiled.get((kind, count))
-        if statement is None:
-            built = self._builders[kind](count)
-            if kind not in ROW_COLUMNS:
-                statement = compile_statement(built, self._dialect)
-            elif count == ANY_ROWS:
-                table = ROW_TABLES[kind]
-                statement = compile_columns(built, self._dialect, table, ROW_COLUMNS[kind])
-            else:
-                statement = compile_rows(built, self._dialect, ROW_COLUMNS[kind], count)
-            self._compiled[kind, count] = statement
-        return statement
-
-    def _rows_insert(self, table: sa.Table, columns: Sequence[str], count: int) -> Any:
-        """An INSERT of ``count`` rows as multi-row VALUES, or (``ANY_ROWS``, Postgres)
-        of any number of rows unnested from one array per column."""
-        if count == ANY_ROWS:
-            return self._insert(table).from_select(list(columns), unnested_rows(table, columns))
-        return self._insert(table).values(row_placeholders(table, columns, count))
-
-    def _turn_statement(self, _count: int) -> Any:
-        return (
-            self._rows_insert(turns, TURN_COLUMNS, 1)
-            .on_conflict_do_nothing(index_elements=[turns.c.session_id, turns.c.idempotency_key])
-            .returning(turns.c.id)
-        )
-
-    def _upsert_statement(self, count: int) -> Any:
-        upsert = self._rows_insert(entities, ENTITY_COLUMNS, count)
-        excluded = upsert.excluded
-        # A turn with a smaller id than the entity's first turn (a repaired old turn, or a
-        # concurrent writer that committed later) becomes the entity's first sighting.
-        earlier = excluded.first_turn_id < entities.c.first_turn_id
-        first_seen_fields = {
-            column: sa.case((earlier, getattr(excluded, column)), else_=entities.c[column])
-            for column in ("name", "first_seen", "first_turn_id", "first_position")
-        }
-        return upsert.on_conflict_do_update(
-            index_elements=[entities.c.session_id, entities.c.name_key],
-            set_={
-                **first_seen_fields,
-                "last_seen": sa.case(
-                    (excluded.last_seen > entities.c.last_seen, excluded.last_seen),
-                    else_=entities.c.last_seen,
-                ),
-                "entity_type": sa.case(
-                    (entities.c.entity_type == UNKNOWN_TYPE, excluded.entity_type),
-                    else_=entities.c.entity_type,
-                ),
-            },
-        ).returning(entities.c.id, entities.c.name_key)
-
-    def _insert_rows(
-        self, driver: StatementRunner, kind: str, rows: Sequence[Mapping[str, Any]]
-    ) -> list[Any]:
-        """Insert ``rows`` with the ``kind`` statement; the rows it returns. On SQLite a
-        statement carries at most ``ROWS_PER_STATEMENT`` rows; on Postgres more than
-        ``POSTGRES_VALUES_ROWS`` rows go as one statement of arrays."""
-        if not rows:
-            return []
-        if self._by_columns and len(rows) > POSTGRES_VALUES_ROWS:
-            return driver.execute(self._statement(kind, ANY_ROWS), rows)
-        returned: list[Any] = []
-        start = 0
-        for size in _statement_sizes(len(rows)):
-            returned += driver.execute(self._statement(kind, size), rows[start : start + size])
-            start += size
-        return returned
 
     def driver(self, connection: Connection) -> StatementRunner:
         """Compiled statements inside a transaction that a Core connection runs."""
@@ -391,12 +93,16 @@ class Repository:
         already used in this session."""
 
         def work(driver: StatementRunner) -> int | None:
-            inserted = self._insert_rows(driver, "turn", [self._turn_row(session_id, turn)])
+            inserted = self._statements.insert_rows(
+                driver, "turn", [self._turn_row(session_id, turn)]
+            )
             if not inserted:
                 return None
             turn_id = int(inserted[0][0])
             self._attach(driver, session_id, [(turn_id, turn)])
-            self._insert_rows(driver, "outcomes", [self._outcome_row(session_id, turn_id, turn)])
+            self._statements.insert_rows(
+                driver, "outcomes", [self._outcome_row(session_id, turn_id, turn)]
+            )
             return turn_id
 
         return self.store.run_driver_write(work)
@@ -411,7 +117,7 @@ class Repository:
             saved = list(zip(ids, new_turns, strict=True))
             self._attach(driver, session_id, saved)
             outcomes = [self._outcome_row(session_id, i, turn) for i, turn in saved]
-            self._insert_rows(driver, "outcomes", outcomes)
+            self._statements.insert_rows(driver, "outcomes", outcomes)
             return ids
 
         return self.store.run_driver_write(work)
@@ -420,7 +126,7 @@ class Repository:
         """Insert turns; their new ids in the order of ``rows``. Ids grow in the order rows
         are inserted within a statement (SQLite AUTOINCREMENT, a Postgres identity), so
         sorted ids line up with the rows whatever order RETURNING gives them in."""
-        return sorted(int(row[0]) for row in self._insert_rows(driver, "turns", rows))
+        return sorted(int(row[0]) for row in self._statements.insert_rows(driver, "turns", rows))
 
     @staticmethod
     def _turn_row(session_id: str, turn: NewTurn) -> dict[str, Any]:
@@ -447,13 +153,13 @@ class Repository:
     ) -> dict[str, int]:
         """Insert or update entities, in key order; their ids by key."""
         ordered = sorted(rows, key=lambda row: row["name_key"])
-        return {key: int(i) for i, key in self._insert_rows(driver, "entities", ordered)}
+        return {key: int(i) for i, key in self._statements.insert_rows(driver, "entities", ordered)}
 
     def insert_contexts(self, driver: StatementRunner, rows: Sequence[Mapping[str, Any]]) -> None:
-        self._insert_rows(driver, "contexts", rows)
+        self._statements.insert_rows(driver, "contexts", rows)
 
     def insert_outcomes(self, driver: StatementRunner, rows: Sequence[Mapping[str, Any]]) -> None:
-        self._insert_rows(driver, "outcomes", rows)
+        self._statements.insert_rows(driver, "outcomes", rows)
 
     def _attach(
         self, driver: StatementRunner, session_id: str, saved: list[tuple[int, NewTurn]]
@@ -671,15 +377,8 @@ class Repository:
         ``RECALL_CHUNK`` keys)."""
         unique = list(dict.fromkeys(keys))
         rows: list[Any] = []
-        for chunk in self._recall_chunks(unique):
-            values: dict[str, Any] = {"session_id": session_id, "limit": limit}
-            if self._by_columns:
-                values["keys"] = chunk
-            else:
-                values.update(zip(_key_names(len(chunk)), chunk, strict=True))
-            # Postgres has one recall statement for any number of keys.
-            count = ANY_ROWS if self._by_columns else len(chunk)
-            rows += self._read(self._statement("recall", count), values)
+        for statement, values in self._statements.recall_batches(session_id, unique, limit):
+            rows += self._read(statement, values)
         position = {key: i for i, key in enumerate(unique)}
         # Columns: the entity's six, then the snippet's text, turn_seq and id.
         rows.sort(key=lambda row: (position[row[2]], row[7], row[8]))
@@ -693,11 +392,6 @@ class Repository:
 
     def _read(self, statement: Any, values: dict[str, Any]) -> list[Any]:
         return self.store.run_driver_read(lambda driver: driver.execute(statement, values))
-
-    def _recall_chunks(self, keys: list[str]) -> list[list[str]]:
-        if self._by_columns:  # Postgres: the keys travel as one array
-            return [keys] if keys else []
-        return [keys[start : start + RECALL_CHUNK] for start in range(0, len(keys), RECALL_CHUNK)]
 
     def _recent(self, connection: Connection, entity_id: int, limit: int | None) -> list[str]:
         if limit is None:

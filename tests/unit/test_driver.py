@@ -18,8 +18,8 @@ from zerda_store.driver import (
     row_placeholders,
     unnested_rows,
 )
-from zerda_store.repository import ROW_COLUMNS, _statement_sizes
 from zerda_store.schema import contexts, entities, extractions, turns
+from zerda_store.statements import ROW_COLUMNS, _statement_sizes
 
 TABLES = {"turns": turns, "entities": entities, "contexts": contexts, "outcomes": extractions}
 
