@@ -98,59 +98,82 @@ def row_placeholders(table: Table, columns: Sequence[str], count: int) -> list[d
     ]
 
 
-def unnested_rows(table: Table, columns: Sequence[str]) -> Select[Any]:
+def unnested_rows(table: Table, columns: Sequence[str], shared: Sequence[str] = ()) -> Select[Any]:
     """Postgres: the rows of one array parameter per column (named after the column),
-    unnested in step and in array order, for ``INSERT … SELECT``. The statement's text is
-    the same for any number of rows: parsed and planned once, sent as one round trip.
-    Compile it with :func:`compile_columns`."""
+    unnested in step and in array order, for ``INSERT … SELECT``; a ``shared`` column
+    takes one value for every row. The statement's text is the same for any number of
+    rows: parsed and planned once, sent as one round trip. Compile it with
+    :func:`compile_columns`."""
+    unshared = [column for column in columns if column not in shared]
     arrays = [
         bindparam(column, type_=postgresql.ARRAY(table.c[column].type, dimensions=1))
-        for column in columns
+        for column in unshared
     ]
     rows = (
         func.unnest(*arrays)
-        .table_valued(*columns, with_ordinality="ordinality")
+        .table_valued(*unshared, with_ordinality="ordinality")
         .render_derived(name="unnested")
     )
-    return select(*[rows.c[column] for column in columns]).order_by(rows.c.ordinality)
+    selected = [
+        bindparam(column, type_=table.c[column].type).label(column)
+        if column in shared
+        else rows.c[column]
+        for column in columns
+    ]
+    return select(*selected).order_by(rows.c.ordinality)
 
 
 class ColumnsStatement:
     """A statement made with :func:`unnested_rows`; its parameters come from row
-    mappings, one list per column."""
+    mappings, one list per column (one value for a shared column)."""
 
-    def __init__(self, compiled: CompiledStatement, table: Table, columns: Sequence[str]):
+    def __init__(
+        self,
+        compiled: CompiledStatement,
+        table: Table,
+        columns: Sequence[str],
+        shared: Sequence[str] = (),
+    ):
         # psycopg's %b sends a parameter in binary: arrays of text go about 4× faster than
         # in text format, which escapes every element.
         sql = compiled.sql
-        for column in columns:
+        self._columns = tuple(column for column in columns if column not in shared)
+        self._shared = tuple(shared)
+        for column in self._columns:
             sql = sql.replace(f"%({column})s", f"%({column})b")
         self.sql = sql
         self._compiled = compiled
-        self._columns = tuple(columns)
         # psycopg refuses a list that mixes ints and floats: numbers take their column's type.
         self._numbers: dict[str, type] = {}
-        for column in columns:
+        for column in self._columns:
             python_type = table.c[column].type.python_type
             if python_type in (int, float):
                 self._numbers[column] = python_type
 
     def parameters(self, rows: Sequence[Mapping[str, Any]]) -> Any:
-        arrays = {}
+        values: dict[str, Any] = {}
+        for column in self._shared:
+            value = values[column] = rows[0][column]
+            if any(row[column] != value for row in rows):
+                raise ValueError(f"rows differ in {column!r}, which they must share")
         for column in self._columns:
-            values = [row[column] for row in rows]
+            column_values = [row[column] for row in rows]
             number = self._numbers.get(column)
             if number is not None:
-                values = [value if value is None else number(value) for value in values]
-            arrays[column] = values
-        return self._compiled.parameters(arrays)
+                column_values = [v if v is None else number(v) for v in column_values]
+            values[column] = column_values
+        return self._compiled.parameters(values)
 
 
 def compile_columns(
-    statement: ClauseElement, dialect: Dialect, table: Table, columns: Sequence[str]
+    statement: ClauseElement,
+    dialect: Dialect,
+    table: Table,
+    columns: Sequence[str],
+    shared: Sequence[str] = (),
 ) -> ColumnsStatement:
     """Compile once a statement whose rows come from :func:`unnested_rows`."""
-    return ColumnsStatement(compile_statement(statement, dialect), table, columns)
+    return ColumnsStatement(compile_statement(statement, dialect), table, columns, shared)
 
 
 def _row_name(row: int, column: str) -> str:

@@ -71,6 +71,8 @@ OUTCOME_COLUMNS = (
 POSTGRES_VALUES_ROWS = 8
 # The row count that stands for "any number of rows" (the arrays form).
 ANY_ROWS = 0
+# What every row of one insert shares: sent once, not as an array.
+SHARED = ("session_id",)
 ROW_TABLES = {
     "turn": turns,
     "turns": turns,
@@ -195,8 +197,8 @@ class TurnStatements:
             if kind not in ROW_COLUMNS:
                 statement = compile_statement(built, self._dialect)
             elif count == ANY_ROWS:
-                table = ROW_TABLES[kind]
-                statement = compile_columns(built, self._dialect, table, ROW_COLUMNS[kind])
+                table, columns = ROW_TABLES[kind], ROW_COLUMNS[kind]
+                statement = compile_columns(built, self._dialect, table, columns, SHARED)
             else:
                 statement = compile_rows(built, self._dialect, ROW_COLUMNS[kind], count)
             self._compiled[kind, count] = statement
@@ -206,7 +208,8 @@ class TurnStatements:
         """An INSERT of ``count`` rows as multi-row VALUES, or (``ANY_ROWS``, Postgres)
         of any number of rows unnested from one array per column."""
         if count == ANY_ROWS:
-            return self._insert(table).from_select(list(columns), unnested_rows(table, columns))
+            rows = unnested_rows(table, columns, SHARED)
+            return self._insert(table).from_select(list(columns), rows)
         return self._insert(table).values(row_placeholders(table, columns, count))
 
     def _turn_statement(self, _count: int) -> Any:

@@ -133,3 +133,18 @@ def test_statement_sizes_cover_every_row_with_few_distinct_sizes() -> None:
         assert all(0 < size <= 64 for size in sizes)
         assert len(sizes) <= count // 64 + 2
     assert seen == {*range(1, 9), *range(16, 65, 8)}
+
+
+def test_a_shared_column_goes_once_and_must_be_the_same_in_every_row() -> None:
+    columns = ROW_COLUMNS["contexts"]
+    statement = postgresql.insert(contexts).from_select(
+        list(columns), unnested_rows(contexts, columns, ("session_id",))
+    )
+    compiled = compile_columns(statement, psycopg.dialect(), contexts, columns, ("session_id",))
+    rows = [{**_row("contexts", random.Random(n)), "session_id": "crm-1"} for n in range(3)]
+
+    assert "%(session_id)s" in compiled.sql and "%(session_id)b" not in compiled.sql
+    assert compiled.parameters(rows)["session_id"] == "crm-1"
+    rows[2]["session_id"] = "crm-2"
+    with pytest.raises(ValueError, match="session_id"):
+        compiled.parameters(rows)
