@@ -62,10 +62,9 @@ def _ledger_values(outcome: Outcome, entity_count: int, at: float) -> dict[str, 
     }
 
 
-def _entity(row: Any) -> EntityRecord:
-    return EntityRecord(
-        row.id, row.name, row.name_key, row.entity_type, row.first_seen, row.last_seen
-    )
+def _entity(row: Sequence[Any]) -> EntityRecord:
+    """An entity from a row that starts with the six columns of ``ENTITY_SELECT``."""
+    return EntityRecord(*row[:6])
 
 
 class Repository:
@@ -386,7 +385,7 @@ class Repository:
         for row in rows:
             entry = recalled.get(row[2])
             if entry is None:
-                entry = recalled[row[2]] = (EntityRecord(*row[:6]), [])
+                entry = recalled[row[2]] = (_entity(row), [])
             entry[1].append(row[6])
         return list(recalled.values())
 

@@ -73,20 +73,14 @@ POSTGRES_VALUES_ROWS = 8
 ANY_ROWS = 0
 # What every row of one insert shares: sent once, not as an array.
 SHARED = ("session_id",)
-ROW_TABLES = {
-    "turn": turns,
-    "turns": turns,
-    "entities": entities,
-    "contexts": contexts,
-    "outcomes": extractions,
-}
-# In the tables' column order, the order SQLAlchemy renders VALUES in.
-ROW_COLUMNS = {
-    "turn": TURN_COLUMNS,
-    "turns": TURN_COLUMNS,
-    "entities": ENTITY_COLUMNS,
-    "contexts": CONTEXT_COLUMNS,
-    "outcomes": OUTCOME_COLUMNS,
+# What each kind of multi-row insert writes: its table, and its columns in the table's
+# column order (the order SQLAlchemy renders VALUES in).
+ROWS = {
+    "turn": (turns, TURN_COLUMNS),
+    "turns": (turns, TURN_COLUMNS),
+    "entities": (entities, ENTITY_COLUMNS),
+    "contexts": (contexts, CONTEXT_COLUMNS),
+    "outcomes": (extractions, OUTCOME_COLUMNS),
 }
 
 
@@ -194,13 +188,13 @@ class TurnStatements:
         statement = self._compiled.get((kind, count))
         if statement is None:
             built = self._builders[kind](count)
-            if kind not in ROW_COLUMNS:
+            if kind not in ROWS:
                 statement = compile_statement(built, self._dialect)
             elif count == ANY_ROWS:
-                table, columns = ROW_TABLES[kind], ROW_COLUMNS[kind]
+                table, columns = ROWS[kind]
                 statement = compile_columns(built, self._dialect, table, columns, SHARED)
             else:
-                statement = compile_rows(built, self._dialect, ROW_COLUMNS[kind], count)
+                statement = compile_rows(built, self._dialect, ROWS[kind][1], count)
             self._compiled[kind, count] = statement
         return statement
 
