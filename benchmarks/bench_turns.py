@@ -1,15 +1,16 @@
 """Per-turn cost of zerda_store against a raw-driver floor, at scale, and against LangChain.
 
     python -m benchmarks.bench_turns [--backend sqlite|postgres|both] [--turns N] [--quick]
-                                     [--json] [--sections abcdefg] [--folder DIR]
+                                     [--json] [--sections abcdefgh] [--folder DIR]
 
 Sections: (a) save_context and (b) load_memory_variables per turn against the floor;
 (c) save_contexts against a save_context loop; (d) recall latency of a cold and a hot
 entity in a ~1k and a ~200k snippet store; (e) memory a process gains by opening the big
 store against the small one; (f) several processes writing at once; (g) a whole turn
-against LangChain's ConversationEntityMemory (SQLite only). Variants run in interleaved
-rounds so that a noisy neighbour weighs on all of them alike; the table shows medians over
-rounds and the best round.
+against LangChain's ConversationEntityMemory (SQLite only); (h) the CPU time of a whole turn
+through a new memory per request against one memory kept per customer, on one shared store.
+Variants run in interleaved rounds so that a noisy neighbour weighs on all of them alike; the
+table shows medians over rounds and the best round.
 
 Postgres comes from ``ZERDA_BENCH_POSTGRES_URL`` (an admin URL; default: the local server as
 user postgres); every database the run makes (``zerda_bench_*``) is dropped at the end.
@@ -26,12 +27,13 @@ from dataclasses import dataclass
 
 from .databases import Databases, postgres_available
 from .langchain_turns import langchain_missing, whole_turns
+from .per_request import per_request
 from .report import Figure, Machine, as_json, markdown
 from .scale import recall_growth, rss_growth
 from .turns import bulk_import, save_and_load, save_without_commit_wait
 from .writers import concurrent_writers
 
-ALL_SECTIONS = "abcdefg"
+ALL_SECTIONS = "abcdefgh"
 logger = logging.getLogger("benchmarks")
 
 
@@ -52,6 +54,8 @@ class Plan:
     writer_turns: int
     writer_rounds: int
     langchain_turns: int
+    request_turns: int
+    request_rounds: int
 
     @classmethod
     def make(cls, quick: bool, turns: int | None) -> Plan:
@@ -70,6 +74,8 @@ class Plan:
                 writer_turns=40,
                 writer_rounds=1,
                 langchain_turns=30,
+                request_turns=240,
+                request_rounds=6,
             )
         return cls(
             turns=turns or 1_400,
@@ -85,6 +91,8 @@ class Plan:
             writer_turns=200,
             writer_rounds=2,
             langchain_turns=300,
+            request_turns=1_400,
+            request_rounds=14,
         )
 
 
@@ -143,6 +151,9 @@ def run_backend(backend: str, plan: Plan, sections: str, folder: str | None) -> 
             else:
                 with lap("(g) LangChain"):
                     figures += whole_turns(dbs, plan.langchain_turns, plan.bulk_rounds)
+        if "h" in sections:
+            with lap("(h) one memory per request"):
+                figures += per_request(dbs, plan.request_turns, plan.request_rounds)
     return figures
 
 
@@ -152,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, help="turns per variant in (a) and (b)")
     parser.add_argument("--quick", action="store_true", help="a smaller run (~20 s)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
-    parser.add_argument("--sections", default=ALL_SECTIONS, help="a subset of 'abcdefg'")
+    parser.add_argument("--sections", default=ALL_SECTIONS, help="a subset of 'abcdefgh'")
     parser.add_argument("--folder", help="where the SQLite files go (default: the temp folder)")
     parser.add_argument("--verbose", action="store_true", help="log each section's duration")
     args = parser.parse_args(argv)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from .engine import (
+from .engine import Store
+from .errors import (
     CommitOutcomeUnknownError,
     DatabaseUnavailableError,
+    LockTimeoutError,
     SchemaNotCurrentError,
-    Store,
+    SessionNotEmptyError,
     StoreError,
 )
 from .extraction import (
@@ -29,7 +31,9 @@ __all__ = [
     "ExtractionService",
     "Extractor",
     "LLMExtractor",
+    "LockTimeoutError",
     "SchemaNotCurrentError",
+    "SessionNotEmptyError",
     "StanzaExtractor",
     "Store",
     "StoreError",

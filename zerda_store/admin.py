@@ -1,21 +1,25 @@
-"""The operators' queries: session and entity listings, export and import.
+"""The operators' queries: session and entity listings, export, import and copy.
 
-Kept apart from :mod:`repository`, which serves the chat turn's hot path; like it, this is
-SQL and nothing else.
+Kept apart from :mod:`repository`, which serves the chat turn's hot path. Listings and
+exports are ad-hoc reads and go through SQLAlchemy (:meth:`Store.query`); imports are one
+unit of work holding the session's lock exclusively, with their refuse-if-not-empty check
+inside it (:mod:`importing`).
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
-from .engine import StoreError
-from .repository import PAGE_SIZE, Repository
+from .engine import Store
+from .errors import SessionNotEmptyError
+from .importing import Importer
+from .ledger import Ledger
+from .records import PendingTurn
+from .repository import PAGE_SIZE
 from .schema import contexts, entities, extractions, turns
 
 
@@ -36,8 +40,18 @@ class EntitySummary:
     last_seen: float
 
 
-class AdminRepository(Repository):
-    """The repository with the operators' queries added."""
+@dataclass(frozen=True)
+class CopyReport:
+    copied: int
+    skipped: int
+
+
+class AdminRepository:
+    """The operators' queries over one store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._importer = Importer(store)
 
     def sessions(self) -> list[SessionSummary]:
         """Every session that holds turns or entities, by session id."""
@@ -47,7 +61,7 @@ class AdminRepository(Repository):
         entity_counts = sa.select(
             entities.c.session_id, sa.func.count(), sa.func.max(entities.c.last_seen)
         ).group_by(entities.c.session_id)
-        with self.store.read() as connection:
+        with self.store.query() as connection:
             by_turns = {row[0]: row for row in connection.execute(turn_counts)}
             by_entities = {row[0]: row for row in connection.execute(entity_counts)}
         summaries = []
@@ -84,7 +98,7 @@ class AdminRepository(Repository):
             .where(entities.c.session_id == session_id)
             .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
         )
-        with self.store.read() as connection:
+        with self.store.query() as connection:
             return [EntitySummary(*row) for row in connection.execute(query)]
 
     def export_session(self, session_id: str) -> Iterator[dict[str, Any]]:
@@ -134,7 +148,7 @@ class AdminRepository(Repository):
                 contexts.c.id,
             )
         )
-        with self.store.read() as connection:
+        with self.store.query() as connection:
             streaming = connection.execution_options(yield_per=PAGE_SIZE)
             for kind, query in (
                 ("turn", with_ledger),
@@ -145,126 +159,41 @@ class AdminRepository(Repository):
                     yield {"kind": kind, **row._asdict()}
 
     def session_exists(self, session_id: str) -> bool:
-        with self.store.read() as connection:
-            return any(
-                connection.execute(
-                    sa.select(table.c.id).where(table.c.session_id == session_id).limit(1)
-                ).first()
-                for table in (turns, entities)
-            )
+        return self._importer.session_exists(session_id)
 
-    def import_session(self, session_id: str, records: Sequence[dict[str, Any]]) -> dict[str, int]:
-        """Write exported records into a session in one transaction, mapping ids. Entities
-        that already exist in the session (a merge) are upserted as a saved turn would be."""
-        turn_records = [r for r in records if r["kind"] == "turn"]
-        entity_records = [r for r in records if r["kind"] == "entity"]
-        context_records = [r for r in records if r["kind"] == "context"]
+    def failed_turns(self, session_id: str | None = None) -> list[PendingTurn]:
+        """Turns whose extraction failed (of one session, or of all)."""
+        return Ledger(self.store).failed_turns(session_id)
 
-        def work(connection: Connection) -> dict[str, int]:
-            self._refuse_used_idempotency_keys(connection, session_id, turn_records)
-            turn_ids = self._import_turns(connection, session_id, turn_records)
-            seq = _SequenceMap(turn_ids)
-            entity_rows = [
-                {
-                    "session_id": session_id,
-                    "name_key": r["name_key"],
-                    "name": r["name"],
-                    "entity_type": r["entity_type"],
-                    "first_seen": r["first_seen"],
-                    "last_seen": r["last_seen"],
-                    "first_turn_id": seq.map(r["first_turn_id"]),
-                    "first_position": r["first_position"],
-                }
-                for r in sorted(entity_records, key=lambda r: r["name_key"])
-            ]
-            driver = self.driver(connection)
-            entity_ids = self.upsert_entities(driver, entity_rows)
-            by_old_entity = {r["id"]: entity_ids[r["name_key"]] for r in entity_records}
-            if context_records:
-                self.insert_contexts(
-                    driver,
-                    [
-                        {
-                            "session_id": session_id,
-                            "entity_id": by_old_entity[r["entity_id"]],
-                            "turn_id": turn_ids[r["turn_id"]] if r["turn_id"] is not None else None,
-                            "turn_seq": seq.map(r["turn_seq"]),
-                            "text": r["text"],
-                        }
-                        for r in sorted(context_records, key=lambda r: (r["turn_seq"], r["id"]))
-                    ],
-                )
-            return {
-                "turns": len(turn_records),
-                "entities": len(entity_records),
-                "contexts": len(context_records),
-            }
+    def import_session(
+        self, session_id: str, records: Sequence[dict[str, Any]], *, merge: bool = False
+    ) -> dict[str, int]:
+        """Write exported records into a session in one transaction (see
+        :meth:`Importer.import_session`); without ``merge`` a session that holds data is
+        refused with :class:`SessionNotEmptyError`."""
+        return self._importer.import_session(session_id, records, merge=merge)
 
-        return self.store.run_write(work)
-
-    @staticmethod
-    def _refuse_used_idempotency_keys(
-        connection: Connection, session_id: str, records: list[dict[str, Any]]
-    ) -> None:
-        keys = [r["idempotency_key"] for r in records if r["idempotency_key"] is not None]
-        if not keys:
-            return
-        used = connection.execute(
-            sa.select(turns.c.idempotency_key)
-            .where(turns.c.session_id == session_id, turns.c.idempotency_key.in_(keys))
-            .limit(1)
-        ).scalar()
-        if used is not None:
-            raise StoreError(
-                f"session {session_id!r} already has a turn with idempotency key {used!r}: "
-                "the file was imported before; nothing was imported"
-            )
-
-    def _import_turns(
-        self, connection: Connection, session_id: str, records: list[dict[str, Any]]
-    ) -> dict[int, int]:
-        if not records:
-            return {}
-        records = sorted(records, key=lambda r: r["id"])
-        rows = [
-            {
-                "session_id": session_id,
-                "input_text": r["input_text"],
-                "output_text": r["output_text"],
-                "entity_names": r["entity_names"],
-                "created_at": r["created_at"],
-                "idempotency_key": r["idempotency_key"],
-            }
-            for r in records
-        ]
-        driver = self.driver(connection)
-        new_ids = self.insert_turns(driver, rows)
-        outcomes = [
-            {
-                "session_id": session_id,
-                "turn_id": new_id,
-                "extractor": r["extractor"] or "unknown",
-                "status": r["status"] or "ok",
-                "error": r["error"],
-                "latency_ms": r["latency_ms"] or 0.0,
-                "entity_count": r["entity_count"] if r["entity_count"] is not None else 0,
-                "attempts": r["attempts"] or 1,
-                "updated_at": r["updated_at"] if r["updated_at"] is not None else r["created_at"],
-            }
-            for r, new_id in zip(records, new_ids, strict=True)
-        ]
-        self.insert_outcomes(driver, outcomes)
-        return {r["id"]: new_id for r, new_id in zip(records, new_ids, strict=True)}
-
-
-class _SequenceMap:
-    """Maps the source's turn sequence numbers onto the imported turns' new ids, keeping
-    their order: a number maps to the new id of the newest imported turn at or before it."""
-
-    def __init__(self, turn_ids: dict[int, int]) -> None:
-        self._old = sorted(turn_ids)
-        self._new = [turn_ids[old] for old in self._old]
-
-    def map(self, old_seq: int) -> int:
-        index = bisect.bisect_right(self._old, old_seq) - 1
-        return self._new[index] if index >= 0 else 0
+    def copy_to(
+        self,
+        target: Store,
+        session_ids: Iterable[str] | None = None,
+        progress: Callable[[Iterable[str]], Iterable[str]] = lambda ids: ids,
+    ) -> CopyReport:
+        """Copy sessions (default: all) into ``target``, each in one transaction. Sessions
+        that already hold data there are skipped, so an interrupted copy can be run again,
+        and two copies running at once store each session once."""
+        ids = (
+            list(session_ids)
+            if session_ids is not None
+            else [s.session_id for s in self.sessions()]
+        )
+        destination = AdminRepository(target)
+        copied = skipped = 0
+        for session_id in progress(ids):
+            try:
+                destination.import_session(session_id, list(self.export_session(session_id)))
+            except SessionNotEmptyError:
+                skipped += 1
+                continue
+            copied += 1
+        return CopyReport(copied, skipped)

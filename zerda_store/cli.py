@@ -20,10 +20,10 @@ from tqdm import tqdm
 from . import migrate
 from .admin import AdminRepository
 from .demo import run_demo
-from .engine import DATABASE_URL_ENV, Store, StoreError
+from .engine import DATABASE_URL_ENV, Store
+from .errors import StoreError
 from .extraction import StanzaExtractor
 from .memory import ConversationEntityMemory, checked_session_id
-from .names import name_key
 from .transfer import read_session, write_session
 
 
@@ -48,16 +48,9 @@ class Context:
         return ConversationEntityMemory(store=self.store, session_id=session_id)
 
     def memory_knowing(self, session_id: str, name: str) -> ConversationEntityMemory:
-        """The session's memory, with the session's own key mode, in which NAME is an
-        entity. A session written with normalize_names=False has keys that are not
-        normalized (it may hold both "Sarah" and "sarah"); its names match exactly."""
-        normalized = all(
-            entity.key == name_key(entity.name)
-            for entity in self.repository().iter_entities(session_id)
-        )
-        memory = ConversationEntityMemory(
-            store=self.store, session_id=session_id, normalize_names=normalized
-        )
+        """The session's memory, in the session's own key mode, in which NAME is an entity."""
+        migrate.ensure_schema(self.store, auto_migrate=None)
+        memory = ConversationEntityMemory.for_session(self.store, session_id)
         if name not in memory.entity_store:
             raise LookupError(f"no entity {name!r} in session {session_id!r}")
         return memory
@@ -346,10 +339,7 @@ def import_command(obj: Context, file: IO[str], session_id: str, merge: bool) ->
     checked_session_id(session_id)
     lines = tqdm(file, desc="read", unit=" lines", disable=None, file=sys.stderr)
     _, records = read_session(lines)
-    repository = obj.repository()
-    if repository.session_exists(session_id) and not merge:
-        raise StoreError(f"session {session_id!r} already holds data: pass --merge to add to it")
-    counts = repository.import_session(session_id, records)
+    counts = obj.repository().import_session(session_id, records, merge=merge)
     click.echo(
         f"imported into {session_id!r}: {counts['turns']} turns, {counts['entities']} entities, "
         f"{counts['contexts']} snippets"
@@ -372,15 +362,12 @@ def copy(obj: Context, destination: str, session_id: str | None) -> None:
         _require_session(obj, session_id)
     with Store(destination) as target_store:
         migrate.ensure_schema(target_store, auto_migrate=None)
-        target = AdminRepository(target_store)
-        copied = skipped = 0
-        for current in tqdm(ids, desc="copy", unit=" sessions", disable=None, file=sys.stderr):
-            if target.session_exists(current):
-                skipped += 1
-                continue
-            target.import_session(current, list(source.export_session(current)))
-            copied += 1
-    click.echo(f"copied {copied} sessions, skipped {skipped} already present")
+        report = source.copy_to(
+            target_store,
+            ids,
+            lambda items: tqdm(items, desc="copy", unit=" sessions", disable=None, file=sys.stderr),
+        )
+    click.echo(f"copied {report.copied} sessions, skipped {report.skipped} already present")
 
 
 @main.command()

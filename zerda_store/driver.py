@@ -1,27 +1,29 @@
-"""Hot-path statements: SQLAlchemy Core statements compiled once, run on the driver's cursor.
+"""Statements compiled once per store and run on the driver's cursor.
 
-A chat turn's save and recall run a handful of statements that never change shape. Going
-through SQLAlchemy's execution layer costs 25–40 µs a statement on top of the driver's
-5–10 µs (see the README's performance section), so those statements are compiled once per
-store and sent straight to the pooled driver connection. The statements stay Core
-constructs built from :mod:`zerda_store.schema`; the compiled text carries the dialect's
-quoting, casts and placeholders, and values pass through the column types' bind processors
-exactly as SQLAlchemy would pass them.
+The units of work run a handful of statements that never change shape. Going through
+SQLAlchemy's execution layer costs 25–40 µs a statement on top of the driver's 5–10 µs (see
+the README's performance section), so statements are compiled once per store and sent
+straight to the pooled driver connection. They stay Core constructs built from
+:mod:`zerda_store.schema`; the compiled text carries the dialect's quoting, casts and
+placeholders, values pass through the column types' bind processors, and returned rows
+through their result processors, exactly as SQLAlchemy would do.
 
 Statements go through the dialect's ``do_execute`` and ``do_commit``, as SQLAlchemy's own do,
-so a hook there sees both paths; SQLAlchemy's cursor events (``before_cursor_execute`` and
-friends) do not see these statements.
+so a hook there sees both; SQLAlchemy's cursor events (``before_cursor_execute`` and friends)
+do not see these statements. Nothing here does I/O but :class:`Cursor`.
 """
 
 from __future__ import annotations
 
+import sqlite3
+from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from sqlalchemy import Select, Table, bindparam, func, select
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -36,10 +38,13 @@ class CompiledStatement:
     processors: tuple[tuple[str, Callable[[Any], Any]], ...]
     # The values of the literals in the statement (SQLAlchemy binds them as parameters).
     literals: Mapping[str, Any]
+    # The names and types of the columns it returns (none for a statement without rows).
+    result_columns: tuple[tuple[str, Any], ...] = ()
     _template: list[Any] = field(init=False, repr=False, compare=False)
     _slots: list[tuple[int, str, Callable[[Any], Any] | None]] = field(
         init=False, repr=False, compare=False
     )
+    _reader: RowReader | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         # Positional placeholders: the parameter list with the literals already in place,
@@ -56,6 +61,15 @@ class CompiledStatement:
                 slots.append((index, name, process.get(name)))
         object.__setattr__(self, "_template", template)
         object.__setattr__(self, "_slots", slots)
+
+    def reader(self, dialect: Dialect, description: Sequence[Any]) -> RowReader:
+        """How to turn the driver's rows into named rows (made at the first execution,
+        when the driver has said the columns' types)."""
+        reader = self._reader
+        if reader is None:
+            reader = RowReader(self.result_columns, dialect, description)
+            object.__setattr__(self, "_reader", reader)
+        return reader
 
     def parameters(self, values: Mapping[str, Any]) -> Any:
         if self.positions is None:
@@ -86,7 +100,39 @@ def compile_statement(statement: ClauseElement, dialect: Dialect) -> CompiledSta
             processors.append((name, process))
     positions = tuple(compiled.positiontup or ()) if compiled.positional else None
     literals = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
-    return CompiledStatement(sql, positions, tuple(processors), literals)
+    result_columns = tuple((entry.keyname, entry.type) for entry in compiled._result_columns)
+    return CompiledStatement(sql, positions, tuple(processors), literals, result_columns)
+
+
+class RowReader:
+    """Turns a statement's rows into named tuples (``row.name_key``, never ``row[2]``),
+    with each column's result processor applied (JSON text on SQLite, for one)."""
+
+    def __init__(
+        self,
+        columns: Sequence[tuple[str, Any]],
+        dialect: Dialect,
+        description: Sequence[Any],
+    ) -> None:
+        names = [name for name, _ in columns] or [column[0] for column in description]
+        self.row_type: Any = namedtuple("Row", names, rename=True)  # type: ignore[misc]
+        self._processors = []
+        for index, ((_, type_), described) in enumerate(zip(columns, description, strict=False)):
+            process = type_.dialect_impl(dialect)._cached_result_processor(dialect, described[1])
+            if process is not None:
+                self._processors.append((index, process))
+
+    def __call__(self, rows: Sequence[Sequence[Any]]) -> list[Any]:
+        make = self.row_type._make
+        if not self._processors:
+            return [make(row) for row in rows]
+        converted = []
+        for row in rows:
+            values = list(row)
+            for index, process in self._processors:
+                values[index] = process(values[index])
+            converted.append(make(values))
+        return converted
 
 
 def row_placeholders(table: Table, columns: Sequence[str], count: int) -> list[dict[str, Any]]:
@@ -143,6 +189,7 @@ class ColumnsStatement:
             sql = sql.replace(f"%({column})s", f"%({column})b")
         self.sql = sql
         self._compiled = compiled
+        self.reader = compiled.reader
         # psycopg refuses a list that mixes ints and floats: numbers take their column's type.
         self._numbers: dict[str, type] = {}
         for column in self._columns:
@@ -188,6 +235,7 @@ class RowsStatement:
     def __init__(self, compiled: CompiledStatement, columns: Sequence[str], count: int):
         self.sql = compiled.sql
         self._compiled = compiled
+        self.reader = compiled.reader
         self._columns = tuple(columns)
         self._names = [{column: _row_name(i, column) for column in columns} for i in range(count)]
         in_row_order = tuple(name for names in self._names for name in names.values())
@@ -228,34 +276,18 @@ def compile_rows(
 
 
 class Runnable(Protocol):
-    sql: str
+    """A compiled statement: its SQL, its parameters from values, and its row reader."""
+
+    @property
+    def sql(self) -> str: ...
 
     def parameters(self, values: Any) -> Any: ...
 
-
-class StatementRunner(Protocol):
-    def execute(self, statement: Runnable, values: Any) -> list[Any]: ...
+    def reader(self, dialect: Dialect, description: Sequence[Any]) -> RowReader: ...
 
 
-class CoreCursor:
-    """Runs compiled statements inside a transaction that a SQLAlchemy connection runs,
-    through it: its events, error wrapping and invalidation apply as to any statement."""
-
-    __slots__ = ("_connection",)
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-
-    def execute(self, statement: Runnable, values: Any) -> list[Any]:
-        parameters = statement.parameters(values)
-        if isinstance(parameters, list):  # positional; a list would mean many rows
-            parameters = tuple(parameters)
-        result = self._connection.exec_driver_sql(statement.sql, parameters)
-        return list(result.all()) if result.returns_rows else []
-
-
-class DriverCursor:
-    """Runs compiled statements on one driver cursor inside a unit of work."""
+class Cursor:
+    """Runs compiled statements on one driver cursor; the only runner there is."""
 
     __slots__ = ("_cursor", "_dialect")
 
@@ -264,13 +296,42 @@ class DriverCursor:
         self._cursor = cursor
 
     def execute(self, statement: Runnable, values: Any) -> list[Any]:
-        """Run ``statement`` with ``values`` (a mapping; rows for a :class:`RowsStatement`);
-        the rows it returns (none for a statement without RETURNING)."""
-        self._dialect.do_execute(self._cursor, statement.sql, statement.parameters(values), None)
-        if self._cursor.description is None:
+        """Run ``statement`` with ``values`` (a mapping; rows for a multi-row insert); the
+        named rows it returns (none for a statement without rows)."""
+        cursor = self._cursor
+        self._dialect.do_execute(cursor, statement.sql, statement.parameters(values), None)
+        description = cursor.description
+        if description is None:
             return []
-        return self._cursor.fetchall()  # type: ignore[no-any-return]
+        return statement.reader(self._dialect, description)(cursor.fetchall())
+
+    def execute_count(self, statement: Runnable, values: Any) -> int:
+        """Run a statement that returns no rows; how many rows it changed."""
+        self._dialect.do_execute(self._cursor, statement.sql, statement.parameters(values), None)
+        return int(self._cursor.rowcount)
+
+    def execute_many(self, statement: Runnable, values: Sequence[Any]) -> int:
+        """Run a statement that returns no rows once per values (the driver's executemany:
+        one parameter set at a time, so no limit on how many); how many rows it changed."""
+        parameters = [statement.parameters(one) for one in values]
+        self._dialect.do_executemany(self._cursor, statement.sql, parameters, None)
+        return int(self._cursor.rowcount)
 
     def execute_sql(self, sql: str) -> None:
         """Run a fixed statement with no parameters (transaction control)."""
         self._dialect.do_execute(self._cursor, sql, (), None)
+
+
+# SQLite's code for "the database is locked" (the busy timeout ran out).
+_SQLITE_BUSY = 5
+
+
+def is_lock_timeout(dialect: Dialect, error: BaseException) -> bool:
+    """True when the driver gave up waiting for a lock: Postgres's ``lock_timeout``
+    (SQLSTATE 55P03) or SQLite's busy timeout."""
+    if dialect.name == "postgresql":
+        return getattr(error, "sqlstate", None) == "55P03"
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    return code == _SQLITE_BUSY or (code is None and "database is locked" in str(error))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import sqlite3
 import threading
 import time
@@ -21,54 +20,51 @@ from typing import Any, Literal, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Dialect, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from .driver import DriverCursor
+from . import unit_of_work
+from .errors import (
+    CommitOutcomeUnknownError,
+    DatabaseUnavailableError,
+    LockTimeoutError,
+    SchemaNotCurrentError,
+    StoreError,
+)
+from .unit_of_work import SessionLock, Transaction
+
+__all__ = [
+    "DATABASE_URL_ENV",
+    "DEFAULT_DATABASE_URL",
+    "CommitOutcomeUnknownError",
+    "DatabaseUnavailableError",
+    "LockTimeoutError",
+    "SchemaNotCurrentError",
+    "Store",
+    "StoreError",
+    "resolve_url",
+    "safe_url",
+]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_DATABASE_URL = "sqlite:///zerda_store.db"
 DATABASE_URL_ENV = "ZERDA_STORE_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 5
-SQLITE_BUSY_TIMEOUT_MS = 5000
-WRITE_ATTEMPTS = 4
+# How long a statement waits for a lock another connection holds, by default (seconds):
+# Postgres's lock_timeout, SQLite's busy timeout.
+DEFAULT_LOCK_TIMEOUT = 5.0
+SQLITE_BUSY_TIMEOUT_MS = int(DEFAULT_LOCK_TIMEOUT * 1000)
 MIN_SQLITE_VERSION = (3, 35, 0)
 
 Durability = Literal["full", "normal"]
 T = TypeVar("T")
 C = TypeVar("C")
-
-# Postgres SQLSTATEs after which the whole transaction was rolled back and may be run again.
-_RETRYABLE_SQLSTATES = {"40P01", "40001"}
+S = TypeVar("S")
 
 # True while a unit of work that runs again whole on a dead connection checks one out: it
 # needs no liveness ping first (a round trip on every checkout).
 _NO_PING: ContextVar[bool] = ContextVar("zerda_store_no_ping", default=False)
-
-
-class StoreError(Exception):
-    """Base class of the errors zerda_store raises about its database."""
-
-
-class DatabaseUnavailableError(StoreError):
-    """The database cannot be reached or opened."""
-
-
-class CommitOutcomeUnknownError(StoreError):
-    """The connection was lost while committing, so whether the write landed is unknown."""
-
-
-class _LostCommit(Exception):
-    """Raised inside one attempt: the connection died during COMMIT."""
-
-    def __init__(self, error: DBAPIError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class SchemaNotCurrentError(StoreError):
-    """The database schema is not at the revision this version of zerda_store needs."""
 
 
 def resolve_url(database_url: str | URL | None = None) -> URL:
@@ -120,12 +116,18 @@ def _check_supported(url: URL) -> None:
         )
 
 
-def create_store_engine(url: URL, *, durability: Durability = "full") -> Engine:
-    """An engine configured for zerda_store's transactions on SQLite or Postgres."""
+def create_store_engine(
+    url: URL, *, durability: Durability = "full", lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+) -> Engine:
+    """An engine configured for zerda_store's transactions on SQLite or Postgres; no
+    statement waits more than ``lock_timeout`` seconds for a lock."""
     _check_supported(url)
     if url.get_backend_name() == "sqlite":
-        return _sqlite_engine(url, durability)
+        return _sqlite_engine(url, durability, lock_timeout)
+    # Added to any options the URL carries; psycopg takes connect_args over the URL's.
+    options = f"{url.query.get('options', '')} -c lock_timeout={round(lock_timeout * 1000)}"
     connect_args: dict[str, Any] = {
+        "options": options.strip(),
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
         # A peer that vanishes mid-statement is noticed in about half a minute, not after
         # the operating system's TCP timeout.
@@ -153,16 +155,17 @@ def _ping_on_checkout(engine: Engine) -> None:
             raise sa.exc.DisconnectionError() from exc  # the pool takes another connection
 
 
-def _sqlite_engine(url: URL, durability: Durability) -> Engine:
+def _sqlite_engine(url: URL, durability: Durability, lock_timeout: float) -> Engine:
     synchronous = {"full": "FULL", "normal": "NORMAL"}[durability]
-    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    busy_timeout_ms = round(lock_timeout * 1000)
+    engine = sa.create_engine(url, connect_args={"timeout": lock_timeout})
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy, not the driver, decide when transactions begin.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         _switch_to_wal(cursor)
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA foreign_keys=ON")
@@ -193,21 +196,34 @@ def _switch_to_wal(cursor: Any) -> None:
             time.sleep(0.05)
 
 
-def _is_retryable(exc: DBAPIError) -> bool:
-    sqlstate = getattr(exc.orig, "sqlstate", None)
-    return sqlstate in _RETRYABLE_SQLSTATES or exc.connection_invalidated
-
-
 class Store:
-    """One engine (one connection pool) that many memories can share.
+    """One engine (one connection pool) and one set of compiled statements that many
+    memories can share.
 
-    Use it as a context manager or call :meth:`close`; closing never deletes data.
+    ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
+    connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
+    a context manager or call :meth:`close`; closing never deletes data.
     """
 
-    def __init__(self, database_url: str | URL | None = None, *, durability: Durability = "full"):
+    def __init__(
+        self,
+        database_url: str | URL | None = None,
+        *,
+        durability: Durability = "full",
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    ):
+        if not lock_timeout > 0:
+            raise ValueError(
+                f"lock_timeout must be a positive number of seconds, got {lock_timeout}"
+            )
         self.url = resolve_url(database_url)
+        self.lock_timeout = float(lock_timeout)
+        self._statements: dict[Callable[[Dialect], Any], Any] = {}
+        self._statements_lock = threading.Lock()
         try:
-            self.engine = create_store_engine(self.url, durability=durability)
+            self.engine = create_store_engine(
+                self.url, durability=durability, lock_timeout=self.lock_timeout
+            )
         except (ArgumentError, ImportError, ValueError) as exc:
             raise StoreError(
                 f"cannot use the database URL {safe_url(self.url)}: {exc}; "
@@ -254,126 +270,25 @@ class Store:
             _NO_PING.reset(token)
 
     @contextmanager
-    def read(self) -> Iterator[Connection]:
-        """A connection in a read transaction, rolled back at the end (on SQLite one
-        snapshot; on Postgres, at READ COMMITTED, each statement sees its own)."""
+    def query(self) -> Iterator[Connection]:
+        """A SQLAlchemy connection in a read transaction, rolled back at the end, for the
+        operators' queries (on SQLite one snapshot; on Postgres, at READ COMMITTED, each
+        statement sees its own)."""
         with self.connect() as connection, connection.begin():
             yield connection
 
-    def run_write(self, work: Callable[[Connection], T]) -> T:
-        """Run ``work`` in one write transaction, again from scratch after a deadlock,
-        a serialization failure or a connection lost before the commit.
+    def write(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
+        """Run ``work`` as one write transaction (:func:`unit_of_work.write`)."""
+        return unit_of_work.write(self, work, lock)
 
-        A connection lost during the COMMIT itself is not retried: the server may have
-        committed, so running the work again could store it twice.
-        """
+    def read(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+        """Run ``work``, reads only (:func:`unit_of_work.read`)."""
+        return unit_of_work.read(self, work, snapshot=snapshot)
 
-        def attempt() -> T:
-            work_done = False
-            try:
-                with self.connect(ping=False) as connection:
-                    connection.execution_options(sqlite_begin="IMMEDIATE")
-                    with connection.begin():
-                        result = work(connection)
-                        work_done = True
-                return result
-            except DBAPIError as exc:
-                if work_done and exc.connection_invalidated:
-                    raise _LostCommit(exc) from exc
-                raise
-
-        return self._with_retries(attempt, _is_retryable)
-
-    def run_driver_write(self, work: Callable[[DriverCursor], T]) -> T:
-        """:meth:`run_write` for compiled statements on the driver's cursor
-        (:mod:`zerda_store.driver`): the same transaction, retries and errors."""
-        return self._with_retries(lambda: self._on_driver(work, write=True), _is_retryable)
-
-    def run_driver_read(self, work: Callable[[DriverCursor], T]) -> T:
-        """Run ``work``, one read statement, outside an explicit transaction (a single
-        statement is atomic and sees one snapshot by itself; on Postgres this saves the
-        round trips of BEGIN and COMMIT); again on a fresh connection if the pooled one
-        turned out dead."""
-        return self._with_retries(
-            lambda: self._on_driver(work, write=False), lambda exc: exc.connection_invalidated
-        )
-
-    def _with_retries(self, attempt: Callable[[], T], retryable: Callable[[DBAPIError], bool]) -> T:
-        for number in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                return attempt()
-            except _LostCommit as lost:
-                raise CommitOutcomeUnknownError(
-                    f"the connection to {safe_url(self.url)} was lost during a commit: "
-                    "the write may or may not be stored (pass idempotency_key= to make "
-                    "a retry safe)"
-                ) from lost.error
-            except DBAPIError as exc:
-                if number == WRITE_ATTEMPTS or not retryable(exc):
-                    raise
-                logger.warning("running a unit of work again after %s", type(exc.orig).__name__)
-                # Two turns that just deadlocked should not collide again at once.
-                time.sleep(random.uniform(0, 0.01 * 2**number))
-        raise AssertionError("unreachable")
-
-    def _on_driver(self, work: Callable[[DriverCursor], T], *, write: bool) -> T:
-        """One attempt of ``work`` on a pooled driver connection. Driver errors come out
-        as SQLAlchemy's :class:`DBAPIError` subclasses, as on the Core path; after a lost
-        connection the pool's other connections are dropped too (they are most likely
-        gone with it, as SQLAlchemy assumes on its own path)."""
-        dialect = self.engine.dialect
-        connection = self._checked_out(self.engine.raw_connection, ping=False)
-        cursor = None
-        autocommit = not write and self.dialect == "postgresql"
-        committing = False
-        try:
-            if autocommit:
-                connection.dbapi_connection.autocommit = True  # type: ignore[union-attr]
-            cursor = connection.cursor()
-            driver = DriverCursor(dialect, cursor)
-            if write and self.dialect == "sqlite":
-                # A deferred BEGIN cannot wait for another writer once it reads.
-                driver.execute_sql("BEGIN IMMEDIATE")
-            result = work(driver)
-            if write:
-                committing = True
-                dialect.do_commit(connection)
-            return result
-        except dialect.loaded_dbapi.Error as orig:
-            lost = dialect.is_disconnect(orig, connection.dbapi_connection, cursor)
-            if lost:
-                connection.invalidate(orig)
-                self.engine.dispose()
-            error = cast(
-                DBAPIError,
-                DBAPIError.instance(
-                    None,
-                    None,
-                    orig,
-                    dialect.loaded_dbapi.Error,
-                    connection_invalidated=lost,
-                    dialect=dialect,
-                ),
-            )
-            if committing and lost:
-                raise _LostCommit(error) from orig
-            raise error from orig
-        finally:
-            self._give_back(connection, cursor, autocommit)
-
-    @staticmethod
-    def _give_back(connection: Any, cursor: Any, autocommit: bool) -> None:
-        """Return a driver-level connection to the pool, which rolls back whatever the
-        attempt left open; one that cannot be reset is dropped instead."""
-        try:
-            if cursor is not None:
-                cursor.close()
-            if autocommit and connection.is_valid:
-                connection.dbapi_connection.autocommit = False
-        except Exception as exc:
-            connection.invalidate(exc)
-        finally:
-            connection.close()
+    def raw_connection(self) -> Any:
+        """A pooled driver connection for one attempt of a unit of work (no liveness ping:
+        a unit of work meets a dead connection at its first statement and runs again)."""
+        return self._checked_out(self.engine.raw_connection, ping=False)
 
     def describe(self, exc: BaseException) -> str:
         """The first line of a driver error, with this store's password masked."""
@@ -387,4 +302,28 @@ class Store:
         """The error to raise when the database cannot be reached."""
         return DatabaseUnavailableError(
             f"cannot connect to {safe_url(self.url)}: {self.describe(exc)}"
+        )
+
+    def statements(self, factory: Callable[[Dialect], S]) -> S:
+        """The statements ``factory`` compiles for this store's dialect: made once per
+        store and shared by every memory on it, so that compiling never happens inside a
+        transaction after the first use."""
+        made = self._statements.get(factory)
+        if made is None:
+            with self._statements_lock:
+                made = self._statements.get(factory)
+                if made is None:
+                    made = self._statements[factory] = factory(self.engine.dialect)
+        return cast(S, made)
+
+    @property
+    def safe_url(self) -> str:
+        return safe_url(self.url)
+
+    def lock_timeout_error(self, exc: BaseException) -> LockTimeoutError:
+        """The error to raise when a statement waited ``lock_timeout`` for a lock."""
+        return LockTimeoutError(
+            f"gave up after waiting {self.lock_timeout:g} s for a lock on {safe_url(self.url)} "
+            f"that another connection holds ({self.describe(exc)}); nothing was written. "
+            "Find the holder (Postgres: pg_locks / pg_stat_activity) or raise lock_timeout="
         )

@@ -16,12 +16,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .names import UNKNOWN_TYPE, is_acceptable_name
+from .names import MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
 
 logger = logging.getLogger(__name__)
 
 MODEL_RETRY_SECONDS = 60.0
-MAX_TYPE_LENGTH = 64
 MAX_ERROR_LENGTH = 2000
 MAX_REMEMBERED_ERRORS = 100
 

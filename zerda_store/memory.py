@@ -16,6 +16,7 @@ from sqlalchemy.engine import URL
 
 from . import migrate
 from .engine import Store
+from .erasure import Erasure
 from .extraction import (
     DEFAULT_EXTRACTION_PROMPT,
     ExtractionResult,
@@ -24,20 +25,22 @@ from .extraction import (
     LLMExtractor,
     StanzaExtractor,
 )
+from .ledger import Ledger
 from .names import UNKNOWN_TYPE, name_key
-from .repository import (
+from .records import (
     EntityRecord,
     ForgetReceipt,
     Mention,
     NewTurn,
     Outcome,
-    Repository,
     TurnRecord,
     turn_text,
 )
+from .repository import Repository
+from .schema import max_length, turns
 
 RECALL_LIMIT = 3
-MAX_SESSION_ID_LENGTH = 255
+MAX_SESSION_ID_LENGTH = max_length(turns.c.session_id) or 255
 
 DEFAULT_TEMPLATES = {"ar": "معلومات سابقة عن {name}:"}
 ENGLISH_TEMPLATE = "Previous information about {name}:"
@@ -228,11 +231,25 @@ class ConversationEntityMemory:
                 self.store.close()
             raise
         self._repository = Repository(self.store)
+        self._erasure = Erasure(self.store)
+        self._ledger = Ledger(self.store)
         self.entity_store: Mapping[str, Entity] = EntityStoreView(self)
         self.chat_memory: Sequence[dict[str, Any]] = ChatMemoryView(self)
 
     def __repr__(self) -> str:
         return f"ConversationEntityMemory(session_id={self.session_id!r}, store={self.store!r})"
+
+    @classmethod
+    def for_session(cls, store: Store, session_id: str, **options: Any) -> ConversationEntityMemory:
+        """A memory on an existing session with the session's own key mode: a session
+        written with ``normalize_names=False`` has keys that are not normalized (it may hold
+        both "Sarah" and "sarah"), and its names then match exactly."""
+        repository = Repository(store)
+        normalized = all(
+            entity.key == name_key(entity.name)
+            for entity in repository.iter_entities(checked_session_id(session_id))
+        )
+        return cls(store=store, session_id=session_id, normalize_names=normalized, **options)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -337,7 +354,7 @@ class ConversationEntityMemory:
 
     def clear(self) -> None:
         """Delete this session's turns, entities and snippets (other sessions are untouched)."""
-        self._repository.clear(self.session_id)
+        self._erasure.clear(self.session_id)
 
     def get_memory_stats(self) -> dict[str, Any]:
         stats = self._repository.stats(self.session_id)
@@ -383,7 +400,7 @@ class ConversationEntityMemory:
 
         Returns the counts of what was deleted; ``entities`` is 0 if nothing matched.
         """
-        receipt = self._repository.forget_entity(
+        receipt = self._erasure.forget_entity(
             self.session_id, self._key(name), with_turns=with_turns, normalize=self.normalize_names
         )
         return asdict(receipt or ForgetReceipt())
@@ -393,9 +410,9 @@ class ConversationEntityMemory:
         attach their snippets as if it had worked the first time. Running it twice adds
         nothing twice. Returns ``{"repaired": n, "failed": m}`` (m still failing)."""
         counts = {"repaired": 0, "failed": 0}
-        for turn in self._repository.failed_turns(self.session_id):
+        for turn in self._ledger.failed_turns(self.session_id):
             result = self._extract(turn.text)
-            recorded = self._repository.repair_turn(
+            recorded = self._ledger.repair_turn(
                 turn, self._mentions(result), _outcome(result), time.time()
             )
             if recorded:

@@ -20,7 +20,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from .engine import SQLITE_BUSY_TIMEOUT_MS, SchemaNotCurrentError, Store
+from .engine import Store
+from .errors import SchemaNotCurrentError
 
 # Any constant will do; it only has to be the same in every process that migrates.
 _ADVISORY_LOCK_KEY = 0x7A657264  # "zerd"
@@ -84,6 +85,9 @@ def locked_connection(store: Store) -> Iterator[Connection]:
         try:
             with connection.begin():
                 if store.dialect == "postgresql":
+                    # Waiting for another deploy job, or for the locks of running saves, is
+                    # expected here: wait long, not the store's lock_timeout.
+                    connection.exec_driver_sql(f"SET LOCAL lock_timeout = {MIGRATION_WAIT_MS}")
                     connection.execute(
                         text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK_KEY}
                     )
@@ -95,7 +99,7 @@ def locked_connection(store: Store) -> Iterator[Connection]:
         finally:
             if store.dialect == "sqlite":
                 _raw_sqlite(connection, "PRAGMA foreign_keys=ON")
-                _raw_sqlite(connection, f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+                _raw_sqlite(connection, f"PRAGMA busy_timeout={round(store.lock_timeout * 1000)}")
 
 
 def upgrade(store: Store, revision: str = "head") -> None:

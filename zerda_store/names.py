@@ -11,6 +11,8 @@ import re
 import unicodedata
 
 MAX_NAME_LENGTH = 256
+# Entity types ("PERSON", "ORG", ...) are short labels; longer ones are cut to this.
+MAX_TYPE_LENGTH = 64
 # The type of an entity whose kind no extractor has told.
 UNKNOWN_TYPE = "unknown"
 

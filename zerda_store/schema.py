@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from .names import MAX_NAME_LENGTH, MAX_TYPE_LENGTH
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -22,7 +24,8 @@ metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 SESSION_ID_LENGTH = 255
-NAME_LENGTH = 256
+IDEMPOTENCY_KEY_LENGTH = 255
+EXTRACTOR_LENGTH = 64
 
 turns = sa.Table(
     "turns",
@@ -34,7 +37,7 @@ turns = sa.Table(
     # The names as extracted in this turn, one per entity, in extraction order.
     sa.Column("entity_names", sa.JSON(), nullable=False),
     sa.Column("created_at", sa.Double(), nullable=False),
-    sa.Column("idempotency_key", sa.String(255), nullable=True),
+    sa.Column("idempotency_key", sa.String(IDEMPOTENCY_KEY_LENGTH), nullable=True),
     sa.UniqueConstraint("session_id", "idempotency_key"),
     sa.Index(None, "session_id", "id"),
     # Turn ids order snippets and entities, so SQLite must never reuse a deleted one.
@@ -47,8 +50,8 @@ entities = sa.Table(
     sa.Column("id", Id, primary_key=True, autoincrement=True),
     sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
     sa.Column("name_key", sa.Text(), nullable=False),
-    sa.Column("name", sa.String(NAME_LENGTH), nullable=False),
-    sa.Column("entity_type", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(MAX_NAME_LENGTH), nullable=False),
+    sa.Column("entity_type", sa.String(MAX_TYPE_LENGTH), nullable=False),
     sa.Column("first_seen", sa.Double(), nullable=False),
     sa.Column("last_seen", sa.Double(), nullable=False),
     # First-seen order: the turn that first named the entity, then its place in that turn.
@@ -81,7 +84,7 @@ extractions = sa.Table(
     sa.Column("id", Id, primary_key=True, autoincrement=True),
     sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
     sa.Column("turn_id", Id, sa.ForeignKey("turns.id", ondelete="CASCADE"), nullable=False),
-    sa.Column("extractor", sa.String(64), nullable=False),
+    sa.Column("extractor", sa.String(EXTRACTOR_LENGTH), nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("error", sa.Text(), nullable=True),
     sa.Column("latency_ms", sa.Double(), nullable=False),
@@ -92,3 +95,15 @@ extractions = sa.Table(
     sa.Index(None, "status", "session_id", "turn_id"),
     sa.Index(None, "turn_id"),
 )
+
+
+def insert_columns(table: sa.Table) -> tuple[str, ...]:
+    """The columns an insert writes: all but the generated id, in the table's order (the
+    order SQLAlchemy renders VALUES in)."""
+    return tuple(column.name for column in table.c if not column.primary_key)
+
+
+def max_length(column: sa.Column[object]) -> int | None:
+    """The most characters a text column takes, or None for unbounded text."""
+    length = getattr(column.type, "length", None)
+    return int(length) if length is not None else None

@@ -18,11 +18,11 @@ from zerda_store.driver import (
     row_placeholders,
     unnested_rows,
 )
-from zerda_store.schema import contexts, turns
-from zerda_store.statements import ROWS, _statement_sizes
+from zerda_store.schema import contexts, entities, extractions, insert_columns, turns
+from zerda_store.statements import _statement_sizes
 
-TABLES = {kind: table for kind, (table, _) in ROWS.items()}
-ROW_COLUMNS = {kind: columns for kind, (_, columns) in ROWS.items()}
+TABLES = {"turns": turns, "entities": entities, "contexts": contexts, "outcomes": extractions}
+ROW_COLUMNS = {kind: insert_columns(table) for kind, table in TABLES.items()}
 
 
 def _row(kind: str, rng: random.Random) -> dict[str, object]:

@@ -1,0 +1,166 @@
+"""Erasure: forgetting one entity, and clearing a session.
+
+Each runs as one unit of work holding its session's lock exclusively (on Postgres; on
+SQLite the single writer does the same), so that it covers every turn committed before
+it and no save slips in between its statements. No statement carries a list of ids: the
+turns to delete are named by a subquery, and ids found in Python (turns whose extraction
+failed) go one parameter set at a time, so no database's parameter limit applies.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+from .driver import compile_statement
+from .engine import Store
+from .names import name_key
+from .queries import Queries, param, session_param
+from .records import EntityRecord, ForgetReceipt
+from .rows import entity_record
+from .schema import contexts, entities, extractions, turns
+from .unit_of_work import SessionLock, Transaction
+
+
+class ErasureStatements:
+    """The statements of erasure, compiled for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        def compiled(statement: Any) -> Any:
+            return compile_statement(statement, dialect)
+
+        entity = param("entity_id")
+        turns_of_entity = sa.select(contexts.c.turn_id).where(
+            contexts.c.entity_id == entity, contexts.c.turn_id.is_not(None)
+        )
+        self.turns_naming = compiled(
+            sa.select(turns.c.id, turns.c.entity_names).where(turns.c.id.in_(turns_of_entity))
+        )
+        self.set_names = compiled(
+            turns.update()
+            .where(turns.c.id == param("turn_id"))
+            .values(entity_names=param("names", turns.c.entity_names.type))
+        )
+        self.count_snippets_with_turns = compiled(
+            sa.select(sa.func.count().label("count")).where(
+                sa.or_(contexts.c.entity_id == entity, contexts.c.turn_id.in_(turns_of_entity))
+            )
+        )
+        # Their snippets and ledger rows go with them (ON DELETE CASCADE).
+        self.delete_turns_naming = compiled(
+            turns.delete().where(
+                turns.c.session_id == session_param(), turns.c.id.in_(turns_of_entity)
+            )
+        )
+        self.delete_turn = compiled(turns.delete().where(turns.c.id == param("turn_id")))
+        self.failed_turns = compiled(
+            sa.select(turns.c.id, turns.c.input_text, turns.c.output_text)
+            .join(extractions, extractions.c.turn_id == turns.c.id)
+            .where(extractions.c.session_id == session_param(), extractions.c.status == "failed")
+        )
+        self.delete_snippets = compiled(contexts.delete().where(contexts.c.entity_id == entity))
+        self.delete_entity = compiled(entities.delete().where(entities.c.id == entity))
+        has_snippets = sa.exists().where(contexts.c.entity_id == entities.c.id)
+        self.delete_orphans = compiled(
+            entities.delete().where(entities.c.session_id == session_param(), ~has_snippets)
+        )
+        self.clear = [
+            compiled(table.delete().where(table.c.session_id == session_param()))
+            for table in (contexts, extractions, entities, turns)
+        ]
+
+
+class Erasure:
+    """Forgetting entities and clearing sessions of one store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._statements = store.statements(ErasureStatements)
+        self._queries = store.statements(Queries)
+
+    def clear(self, session_id: str) -> None:
+        """Delete the session's turns, entities, snippets and ledger rows."""
+
+        def work(transaction: Transaction) -> None:
+            for statement in self._statements.clear:
+                transaction.count(statement, {"session_id": session_id})
+
+        self.store.write(work, SessionLock(session_id, exclusive=True))
+
+    def forget_entity(
+        self, session_id: str, key: str, *, with_turns: bool, normalize: bool
+    ) -> ForgetReceipt | None:
+        """Erase one entity and its snippets in one transaction, and its name from the
+        turns that mention it (or, ``with_turns``, those turns and all their snippets,
+        and the other entities left with no snippet)."""
+
+        def work(transaction: Transaction) -> ForgetReceipt | None:
+            found = transaction.run(
+                self._queries.entity_by_key, {"session_id": session_id, "key": key}
+            )
+            if not found:
+                return None
+            entity = entity_record(found[0])
+            if with_turns:
+                return self._forget_with_turns(transaction, session_id, entity, normalize)
+            updated = self._drop_name_from_turns(transaction, entity, normalize)
+            snippets = self._delete_entity(transaction, entity)
+            return ForgetReceipt(entity.name, 1, snippets, 0, updated)
+
+        return self.store.write(work, SessionLock(session_id, exclusive=True))
+
+    def _delete_entity(self, transaction: Transaction, entity: EntityRecord) -> int:
+        """Delete the entity and its remaining snippets; how many snippets."""
+        values = {"entity_id": entity.id}
+        snippets = transaction.count(self._statements.delete_snippets, values)
+        transaction.count(self._statements.delete_entity, values)
+        return snippets
+
+    def _forget_with_turns(
+        self, transaction: Transaction, session_id: str, entity: EntityRecord, normalize: bool
+    ) -> ForgetReceipt:
+        statements, values = self._statements, {"entity_id": entity.id, "session_id": session_id}
+        snippets = transaction.run(statements.count_snippets_with_turns, values)[0].count
+        turns_deleted = transaction.count(statements.delete_turns_naming, values)
+        # Turns whose extraction failed name nobody yet; a later reextract would bring the
+        # entity back from them.
+        failed = self._failed_turns_mentioning(transaction, session_id, entity.key, normalize)
+        turns_deleted += transaction.run_many(
+            statements.delete_turn, [{"turn_id": turn_id} for turn_id in failed]
+        )
+        self._delete_entity(transaction, entity)
+        orphans = transaction.count(statements.delete_orphans, {"session_id": session_id})
+        return ForgetReceipt(entity.name, 1 + orphans, int(snippets), turns_deleted, 0)
+
+    def _failed_turns_mentioning(
+        self, transaction: Transaction, session_id: str, key: str, normalize: bool
+    ) -> list[int]:
+        failed = transaction.run(self._statements.failed_turns, {"session_id": session_id})
+        # The name as whole words: "Ann" is not in "annual".
+        pattern = re.compile(rf"(?<!\w){re.escape(key)}(?!\w)")
+        return [
+            row.id
+            for row in failed
+            if pattern.search(name_key(f"{row.input_text} {row.output_text}", normalize=normalize))
+        ]
+
+    def _drop_name_from_turns(
+        self, transaction: Transaction, entity: EntityRecord, normalize: bool
+    ) -> int:
+        rows = transaction.run(self._statements.turns_naming, {"entity_id": entity.id})
+        updates = [
+            {
+                "turn_id": row.id,
+                "names": [
+                    name
+                    for name in row.entity_names
+                    if name_key(name, normalize=normalize) != entity.key
+                ],
+            }
+            for row in rows
+        ]
+        transaction.run_many(self._statements.set_names, updates)
+        return len(updates)

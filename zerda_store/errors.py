@@ -1,0 +1,30 @@
+"""The errors zerda_store raises about its database. Each message says what happened and
+what to do, and never holds a password."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of the errors zerda_store raises about its database."""
+
+
+class DatabaseUnavailableError(StoreError):
+    """The database cannot be reached or opened."""
+
+
+class CommitOutcomeUnknownError(StoreError):
+    """The connection was lost while committing, so whether the write landed is unknown."""
+
+
+class SchemaNotCurrentError(StoreError):
+    """The database schema is not at the revision this version of zerda_store needs."""
+
+
+class LockTimeoutError(StoreError):
+    """A statement waited longer than the store's ``lock_timeout`` for a lock that another
+    connection holds (a long transaction, or a forgotten ``psql`` session); nothing of the
+    unit of work was stored."""
+
+
+class SessionNotEmptyError(StoreError):
+    """An import or copy into a session that already holds data, without merging."""

@@ -1,0 +1,226 @@
+"""The unit of work: one transaction on a pooled driver connection, run again whole when
+that is safe, with the driver's errors turned into zerda_store's.
+
+Every write of the library runs as ``store.write(work)``: ``work`` gets a
+:class:`Transaction` and runs statements compiled beforehand (outside the transaction,
+so that SQLite's write lock is held only while statements run). SQLite write transactions
+begin IMMEDIATE here and nowhere else. On Postgres a write that names its session takes
+that session's advisory lock first: shared for saves, exclusive for operations that must
+see every save committed before them (erasure, clear, import); SQLite's single writer
+serializes them already.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+
+from .driver import CompiledStatement, Cursor, Runnable, compile_statement, is_lock_timeout
+from .errors import CommitOutcomeUnknownError
+
+if TYPE_CHECKING:
+    from .engine import Store
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+WRITE_ATTEMPTS = 4
+# Postgres SQLSTATEs after which the whole transaction was rolled back and may be run again.
+_RETRYABLE_SQLSTATES = {"40P01", "40001"}
+# The first key of the session locks (advisory locks with two int4 keys, a key space apart
+# from the migrations' one bigint key); the second is the session id's hash.
+SESSION_LOCK_NAMESPACE = 0x7A657273
+
+
+class SessionLockStatements:
+    """The Postgres statements that take a session's advisory lock for the transaction."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.shared = self._lock(dialect, sa.func.pg_advisory_xact_lock_shared)
+        self.exclusive = self._lock(dialect, sa.func.pg_advisory_xact_lock)
+
+    @staticmethod
+    def _lock(dialect: Dialect, function: Any) -> CompiledStatement:
+        session = sa.func.hashtext(sa.bindparam("session_id", type_=sa.String))
+        return compile_statement(
+            sa.select(function(sa.literal(SESSION_LOCK_NAMESPACE, sa.Integer), session)),
+            dialect,
+        )
+
+
+@dataclass(frozen=True)
+class SessionLock:
+    """Which session a write belongs to, and whether it must exclude the session's saves."""
+
+    session_id: str
+    exclusive: bool = False
+
+
+class Transaction:
+    """What a unit of work sees: compiled statements run in its one transaction."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: Cursor) -> None:
+        self._cursor = cursor
+
+    def run(self, statement: Runnable, values: Any = None) -> list[Any]:
+        """Run ``statement``; the named rows it returns (none without RETURNING)."""
+        return self._cursor.execute(statement, {} if values is None else values)
+
+    def count(self, statement: Runnable, values: Any = None) -> int:
+        """Run a statement that returns no rows; how many rows it changed."""
+        return self._cursor.execute_count(statement, {} if values is None else values)
+
+    def run_many(self, statement: Runnable, values: Sequence[Any]) -> int:
+        """Run a statement that returns no rows once per values; how many rows it changed."""
+        return self._cursor.execute_many(statement, values) if values else 0
+
+
+class _LostCommit(Exception):
+    """Raised inside one attempt: the connection died during COMMIT."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _retryable_write(error: DBAPIError) -> bool:
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    return sqlstate in _RETRYABLE_SQLSTATES or error.connection_invalidated
+
+
+def _retryable_read(error: DBAPIError) -> bool:
+    return error.connection_invalidated
+
+
+def write(store: Store, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
+    """Run ``work`` in one write transaction, again from scratch after a deadlock, a
+    serialization failure or a connection lost before the commit. A connection lost during
+    the COMMIT itself is not retried: the server may have committed."""
+    locks = (
+        store.statements(SessionLockStatements) if lock and store.dialect == "postgresql" else None
+    )
+
+    def attempt() -> T:
+        def locked_work(transaction: Transaction) -> T:
+            if locks is not None and lock is not None:
+                statement = locks.exclusive if lock.exclusive else locks.shared
+                transaction.run(statement, {"session_id": lock.session_id})
+            return work(transaction)
+
+        return _attempt(store, locked_work, write=True, snapshot=False)
+
+    return _with_retries(store, attempt, _retryable_write)
+
+
+def read(store: Store, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+    """Run ``work``, reads only. Without ``snapshot`` there is no transaction around it (a
+    single statement sees one snapshot by itself; on Postgres this saves BEGIN and COMMIT);
+    with it, every statement sees the same snapshot. Run again on a fresh connection if the
+    pooled one turned out dead."""
+    return _with_retries(
+        store, lambda: _attempt(store, work, write=False, snapshot=snapshot), _retryable_read
+    )
+
+
+def _with_retries(
+    store: Store, attempt: Callable[[], T], retryable: Callable[[DBAPIError], bool]
+) -> T:
+    for number in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return attempt()
+        except _LostCommit as lost:
+            raise CommitOutcomeUnknownError(
+                f"the connection to {store.safe_url} was lost during a commit: the write may "
+                "or may not be stored (pass idempotency_key= to make a retry safe)"
+            ) from lost.error
+        except DBAPIError as exc:
+            if exc.orig is not None and is_lock_timeout(store.engine.dialect, exc.orig):
+                raise store.lock_timeout_error(exc) from None
+            if number == WRITE_ATTEMPTS or not retryable(exc):
+                raise
+            logger.warning("running a unit of work again after %s", type(exc.orig).__name__)
+            # Two turns that just deadlocked should not collide again at once.
+            time.sleep(random.uniform(0, 0.01 * 2**number))
+    raise AssertionError("unreachable")
+
+
+def _begin(cursor: Cursor, dialect: str, *, write: bool, snapshot: bool) -> None:
+    """Open the attempt's transaction. SQLite: IMMEDIATE for writes (a deferred BEGIN cannot
+    wait for another writer once it has read), deferred for a snapshot read. Postgres: psycopg
+    begins one by itself; a snapshot read asks for repeatable read."""
+    if dialect == "sqlite":
+        if write:
+            cursor.execute_sql("BEGIN IMMEDIATE")
+        elif snapshot:
+            cursor.execute_sql("BEGIN DEFERRED")
+    elif snapshot and not write:
+        cursor.execute_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+
+def _attempt(store: Store, work: Callable[[Transaction], T], *, write: bool, snapshot: bool) -> T:
+    """One attempt of ``work`` on a pooled driver connection. Driver errors come out as
+    SQLAlchemy's :class:`DBAPIError` subclasses; after a lost connection the pool's other
+    connections are dropped too (they are most likely gone with it)."""
+    dialect = store.engine.dialect
+    connection = store.raw_connection()
+    cursor = None
+    autocommit = not write and not snapshot and store.dialect == "postgresql"
+    committing = False
+    try:
+        if autocommit:
+            connection.dbapi_connection.autocommit = True
+        cursor = connection.cursor()
+        driver = Cursor(dialect, cursor)
+        _begin(driver, store.dialect, write=write, snapshot=snapshot)
+        result = work(Transaction(driver))
+        if write:
+            committing = True
+            dialect.do_commit(connection)
+        elif snapshot:
+            dialect.do_rollback(connection)
+        return result
+    except dialect.loaded_dbapi.Error as orig:
+        lost = dialect.is_disconnect(orig, connection.dbapi_connection, cursor)
+        if lost:
+            connection.invalidate(orig)
+            store.engine.dispose()
+        error = cast(
+            DBAPIError,
+            DBAPIError.instance(
+                None,
+                None,
+                orig,
+                dialect.loaded_dbapi.Error,
+                connection_invalidated=lost,
+                dialect=dialect,
+            ),
+        )
+        if committing and lost:
+            raise _LostCommit(error) from orig
+        raise error from orig
+    finally:
+        _give_back(connection, cursor, autocommit)
+
+
+def _give_back(connection: Any, cursor: Any, autocommit: bool) -> None:
+    """Return a driver-level connection to the pool, which rolls back whatever the attempt
+    left open; one that cannot be reset is dropped instead."""
+    try:
+        if cursor is not None:
+            cursor.close()
+        if autocommit and connection.is_valid:
+            connection.dbapi_connection.autocommit = False
+    except Exception as exc:
+        connection.invalidate(exc)
+    finally:
+        connection.close()
