@@ -19,7 +19,8 @@ from .extraction import (
     LLMExtractor,
     StanzaExtractor,
 )
-from .memory import ConversationEntityMemory, Entity
+from .memory import ConversationEntityMemory
+from .views import Entity
 
 __all__ = [
     "CommitOutcomeUnknownError",

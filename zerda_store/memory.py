@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any, overload
+from typing import Any
 
 from sqlalchemy.engine import URL
 
@@ -33,14 +33,19 @@ from .records import (
     Mention,
     NewTurn,
     Outcome,
-    TurnRecord,
     turn_text,
 )
 from .repository import Repository
-from .schema import max_length, turns
+from .validation import (
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    checked_identifier,
+    checked_session_id,
+    checked_text,
+    mapping_text,
+)
+from .views import ChatMemoryView, Entity, EntityStoreView
 
 RECALL_LIMIT = 3
-MAX_SESSION_ID_LENGTH = max_length(turns.c.session_id) or 255
 
 DEFAULT_TEMPLATES = {"ar": "معلومات سابقة عن {name}:"}
 ENGLISH_TEMPLATE = "Previous information about {name}:"
@@ -51,137 +56,8 @@ def default_entity_info_template(lang: str) -> str:
     return DEFAULT_TEMPLATES.get(lang, ENGLISH_TEMPLATE)
 
 
-def _checked_text(value: object, what: str) -> str:
-    """A value that can be stored as text on every backend, else TypeError/ValueError."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    if "\x00" in value:
-        raise ValueError(f"{what} contains a NUL character, which cannot be stored")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} is not valid Unicode text (it holds a lone surrogate)") from None
-    return value
-
-
-def _mapping_text(mapping: object, key: str, argument: str) -> str:
-    if not isinstance(mapping, Mapping):
-        raise TypeError(
-            f"{argument} must be a mapping such as a dict, not {type(mapping).__name__}"
-        )
-    return _checked_text(mapping.get(key), f"{argument}[{key!r}]")
-
-
-def checked_session_id(value: object) -> str:
-    """A valid session id (1 to 255 characters of storable text), else ValueError/TypeError."""
-    return _checked_identifier(value, "session_id")
-
-
-def _checked_identifier(value: object, what: str) -> str:
-    text = _checked_text(value, what)
-    if not 1 <= len(text) <= MAX_SESSION_ID_LENGTH:
-        raise ValueError(f"{what} must be 1 to {MAX_SESSION_ID_LENGTH} characters long")
-    return text
-
-
-class Entity:
-    """A tracked entity. Its fields are a snapshot; ``contexts`` is read when asked for."""
-
-    def __init__(self, repository: Repository, record: EntityRecord) -> None:
-        self._repository = repository
-        self._id = record.id
-        self.name = record.name
-        self.entity_type = record.entity_type
-        self.first_seen = record.first_seen
-        self.last_seen = record.last_seen
-
-    def __repr__(self) -> str:
-        return f"Entity(name={self.name!r}, entity_type={self.entity_type!r})"
-
-    @property
-    def contexts(self) -> list[str]:
-        """Every snippet of the entity, oldest first."""
-        return self._repository.recent_contexts(self._id, None)
-
-    def add_context(self, context: str) -> None:
-        """Store a snippet for this entity; it counts as the most recent one."""
-        text = _checked_text(context, "context")
-        self.last_seen = self._repository.add_context(self._id, text, time.time())
-
-    def get_recent_contexts(self, limit: int | None = 3) -> list[str]:
-        """The last ``limit`` snippets, oldest first; ``None`` gives all of them."""
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be at least 1 (or None for all), got {limit}")
-        return self._repository.recent_contexts(self._id, limit)
-
-
-class EntityStoreView(Mapping[str, Entity]):
-    """A read-only mapping of the session's entities, read from the database on demand."""
-
-    def __init__(self, memory: ConversationEntityMemory) -> None:
-        self._memory = memory
-
-    def __getitem__(self, name: str) -> Entity:
-        try:
-            record = self._memory._find(name)
-        except (TypeError, ValueError):  # not a name that could have been stored
-            record = None
-        if record is None:
-            raise KeyError(name)
-        return Entity(self._memory._repository, record)
-
-    def __iter__(self) -> Iterator[str]:
-        memory = self._memory
-        return (record.name for record in memory._repository.iter_entities(memory.session_id))
-
-    def __len__(self) -> int:
-        return self._memory._repository.count_entities(self._memory.session_id)
-
-
 def _outcome(result: ExtractionResult) -> Outcome:
     return Outcome(result.extractor, result.status, result.error, result.latency)
-
-
-def _turn_dict(turn: TurnRecord) -> dict[str, Any]:
-    return {"input": turn.input_text, "output": turn.output_text, "entities": turn.entity_names}
-
-
-class ChatMemoryView(Sequence[dict[str, Any]]):
-    """A read-only sequence of the session's turns as ``{"input", "output", "entities"}``."""
-
-    def __init__(self, memory: ConversationEntityMemory) -> None:
-        self._memory = memory
-
-    def __len__(self) -> int:
-        return self._memory._repository.count_turns(self._memory.session_id)
-
-    @overload
-    def __getitem__(self, index: int) -> dict[str, Any]: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
-
-    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        repository, session_id = self._memory._repository, self._memory.session_id
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            count = max(0, stop - start)
-            return [_turn_dict(t) for t in repository.turns_page(session_id, start, count)]
-        if index < 0:  # counted from the newest turn: no need to count them all first
-            page = repository.turns_page(session_id, -index - 1, 1, newest_first=True)
-        else:
-            page = repository.turns_page(session_id, index, 1)
-        if not page:
-            raise IndexError("chat_memory index out of range")
-        return _turn_dict(page[0])
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        memory = self._memory
-        return (_turn_dict(t) for t in memory._repository.iter_turns(memory.session_id))
 
 
 class ConversationEntityMemory:
@@ -238,6 +114,11 @@ class ConversationEntityMemory:
 
     def __repr__(self) -> str:
         return f"ConversationEntityMemory(session_id={self.session_id!r}, store={self.store!r})"
+
+    @staticmethod
+    def _now() -> float:
+        """Seconds since the epoch, as ``first_seen``/``last_seen`` record them."""
+        return time.time()
 
     @classmethod
     def for_session(cls, store: Store, session_id: str, **options: Any) -> ConversationEntityMemory:
@@ -301,14 +182,14 @@ class ConversationEntityMemory:
     # -- the original API ---------------------------------------------------------------
 
     def _turn(self, inputs: object, outputs: object, idempotency_key: str | None) -> NewTurn:
-        input_text = _mapping_text(inputs, self.input_key, "inputs")
-        output_text = _mapping_text(outputs, self.output_key, "outputs")
+        input_text = mapping_text(inputs, self.input_key, "inputs")
+        output_text = mapping_text(outputs, self.output_key, "outputs")
         result = self._extract(turn_text(input_text, output_text))
         return NewTurn(
             input_text,
             output_text,
             self._mentions(result),
-            time.time(),
+            self._now(),
             idempotency_key,
             _outcome(result),
         )
@@ -325,9 +206,11 @@ class ConversationEntityMemory:
         With ``idempotency_key``, a second call with the same key in this session does nothing.
         """
         if idempotency_key is not None:
-            idempotency_key = _checked_identifier(idempotency_key, "idempotency_key")
-            _mapping_text(inputs, self.input_key, "inputs")
-            _mapping_text(outputs, self.output_key, "outputs")
+            idempotency_key = checked_identifier(
+                idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY_LENGTH
+            )
+            mapping_text(inputs, self.input_key, "inputs")
+            mapping_text(outputs, self.output_key, "outputs")
             if self._repository.has_turn(self.session_id, idempotency_key):
                 return
         self._repository.save_turn(self.session_id, self._turn(inputs, outputs, idempotency_key))
@@ -340,7 +223,7 @@ class ConversationEntityMemory:
 
     def load_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The recent snippets of every known entity the input mentions, as one string."""
-        input_text = _mapping_text(inputs, self.input_key, "inputs")
+        input_text = mapping_text(inputs, self.input_key, "inputs")
         mentions = self._mentions(self._extract(input_text))
         recalled = self._repository.recall(
             self.session_id, [mention.key for mention in mentions], RECALL_LIMIT
@@ -368,7 +251,7 @@ class ConversationEntityMemory:
         }
 
     def _key(self, name: str) -> str:
-        return name_key(_checked_text(name, "entity name"), normalize=self.normalize_names)
+        return name_key(checked_text(name, "entity name"), normalize=self.normalize_names)
 
     def _find(self, name: str) -> EntityRecord | None:
         return self._repository.find_entity(self.session_id, self._key(name))
@@ -413,7 +296,7 @@ class ConversationEntityMemory:
         for turn in self._ledger.failed_turns(self.session_id):
             result = self._extract(turn.text)
             recorded = self._ledger.repair_turn(
-                turn, self._mentions(result), _outcome(result), time.time()
+                turn, self._mentions(result), _outcome(result), self._now()
             )
             if recorded:
                 counts["repaired" if result.status == "ok" else "failed"] += 1

@@ -1,0 +1,107 @@
+"""What the ``zerda-store`` commands share: the URL and store, one-line errors, and
+tables or JSON on standard output."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+from alembic.util.exc import CommandError
+from sqlalchemy.exc import DBAPIError
+
+from . import migrate
+from .admin import AdminRepository
+from .engine import Store
+from .errors import StoreError
+from .memory import ConversationEntityMemory
+
+
+class Context:
+    """What every command shares: the URL, and a store opened on first use."""
+
+    def __init__(self, database_url: str | None) -> None:
+        self.database_url = database_url
+        self._store: Store | None = None
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.database_url)
+        return self._store
+
+    @property
+    def store_if_open(self) -> Store | None:
+        return self._store
+
+    def memory(self, session_id: str) -> ConversationEntityMemory:
+        return ConversationEntityMemory(store=self.store, session_id=session_id)
+
+    def memory_knowing(self, session_id: str, name: str) -> ConversationEntityMemory:
+        """The session's memory, in the session's own key mode, in which NAME is an entity."""
+        migrate.ensure_schema(self.store, auto_migrate=None)
+        memory = ConversationEntityMemory.for_session(self.store, session_id)
+        if name not in memory.entity_store:
+            raise LookupError(f"no entity {name!r} in session {session_id!r}")
+        return memory
+
+    def repository(self) -> AdminRepository:
+        migrate.ensure_schema(self.store, auto_migrate=None)
+        return AdminRepository(self.store)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+class Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (StoreError, CommandError, LookupError, ValueError) as exc:
+            message = exc.args[0] if isinstance(exc, LookupError) and exc.args else exc
+            raise click.ClickException(str(message)) from None
+        except DBAPIError as exc:
+            store = ctx.obj.store_if_open if isinstance(ctx.obj, Context) else None
+            detail = store.describe(exc) if store is not None else type(exc).__name__
+            raise click.ClickException(f"database error: {detail}") from None
+
+
+def when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    moment = dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    cells = [[str(row[column]) for column in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def output(
+    rows: Sequence[dict[str, Any]],
+    as_json: bool,
+    columns: Sequence[str],
+    shown: Callable[[dict[str, Any]], dict[str, Any]] = lambda row: row,
+) -> None:
+    if as_json:
+        click.echo(json.dumps(list(rows), ensure_ascii=False, indent=2))
+    elif rows:
+        print_table([shown(row) for row in rows], columns)
+    else:
+        click.echo("(none)")
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+session_option = click.option("--session", "session_id", required=True, help="The session id.")
+
+
+def require_session(obj: Context, session_id: str) -> None:
+    if not obj.repository().session_exists(session_id):
+        raise LookupError(f"no session {session_id!r} in this database")

@@ -1,0 +1,111 @@
+"""The read-only views a memory offers: its entities as a mapping, its turns as a
+sequence, and one entity. Each reads the database when asked, never all of it at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+from .records import EntityRecord, TurnRecord
+from .repository import Repository
+from .validation import checked_text
+
+if TYPE_CHECKING:
+    from .memory import ConversationEntityMemory
+
+
+class Entity:
+    """A tracked entity. Its fields are a snapshot; ``contexts`` is read when asked for."""
+
+    def __init__(
+        self, repository: Repository, record: EntityRecord, now: Callable[[], float]
+    ) -> None:
+        self._repository = repository
+        self._now = now
+        self._id = record.id
+        self.name = record.name
+        self.entity_type = record.entity_type
+        self.first_seen = record.first_seen
+        self.last_seen = record.last_seen
+
+    def __repr__(self) -> str:
+        return f"Entity(name={self.name!r}, entity_type={self.entity_type!r})"
+
+    @property
+    def contexts(self) -> list[str]:
+        """Every snippet of the entity, oldest first."""
+        return self._repository.recent_contexts(self._id, None)
+
+    def add_context(self, context: str) -> None:
+        """Store a snippet for this entity; it counts as the most recent one."""
+        text = checked_text(context, "context")
+        self.last_seen = self._repository.add_context(self._id, text, self._now())
+
+    def get_recent_contexts(self, limit: int | None = 3) -> list[str]:
+        """The last ``limit`` snippets, oldest first; ``None`` gives all of them."""
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 (or None for all), got {limit}")
+        return self._repository.recent_contexts(self._id, limit)
+
+
+class EntityStoreView(Mapping[str, Entity]):
+    """A read-only mapping of the session's entities, read from the database on demand."""
+
+    def __init__(self, memory: ConversationEntityMemory) -> None:
+        self._memory = memory
+
+    def __getitem__(self, name: str) -> Entity:
+        try:
+            record = self._memory._find(name)
+        except (TypeError, ValueError):  # not a name that could have been stored
+            record = None
+        if record is None:
+            raise KeyError(name)
+        return Entity(self._memory._repository, record, self._memory._now)
+
+    def __iter__(self) -> Iterator[str]:
+        memory = self._memory
+        return (record.name for record in memory._repository.iter_entities(memory.session_id))
+
+    def __len__(self) -> int:
+        return self._memory._repository.count_entities(self._memory.session_id)
+
+
+def _turn_dict(turn: TurnRecord) -> dict[str, Any]:
+    return {"input": turn.input_text, "output": turn.output_text, "entities": turn.entity_names}
+
+
+class ChatMemoryView(Sequence[dict[str, Any]]):
+    """A read-only sequence of the session's turns as ``{"input", "output", "entities"}``."""
+
+    def __init__(self, memory: ConversationEntityMemory) -> None:
+        self._memory = memory
+
+    def __len__(self) -> int:
+        return self._memory._repository.count_turns(self._memory.session_id)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        repository, session_id = self._memory._repository, self._memory.session_id
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            count = max(0, stop - start)
+            return [_turn_dict(t) for t in repository.turns_page(session_id, start, count)]
+        if index < 0:  # counted from the newest turn: no need to count them all first
+            page = repository.turns_page(session_id, -index - 1, 1, newest_first=True)
+        else:
+            page = repository.turns_page(session_id, index, 1)
+        if not page:
+            raise IndexError("chat_memory index out of range")
+        return _turn_dict(page[0])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        memory = self._memory
+        return (_turn_dict(t) for t in memory._repository.iter_turns(memory.session_id))
