@@ -172,10 +172,11 @@ def _attempt(store: Store, work: Callable[[Transaction], T], *, write: bool, sna
     SQLAlchemy's :class:`DBAPIError` subclasses; after a lost connection the pool's other
     connections are dropped too (they are most likely gone with it)."""
     dialect = store.engine.dialect
-    connection = store.raw_connection()
+    connection = store.borrow()
     cursor = None
     autocommit = not write and not snapshot and store.dialect == "postgresql"
     committing = False
+    clean = False
     try:
         if autocommit:
             connection.dbapi_connection.autocommit = True
@@ -188,12 +189,13 @@ def _attempt(store: Store, work: Callable[[Transaction], T], *, write: bool, sna
             dialect.do_commit(connection)
         elif snapshot:
             dialect.do_rollback(connection)
+        clean = True
         return result
     except dialect.loaded_dbapi.Error as orig:
         lost = dialect.is_disconnect(orig, connection.dbapi_connection, cursor)
         if lost:
             connection.invalidate(orig)
-            store.engine.dispose()
+            store.drop_connections()
         error = cast(
             DBAPIError,
             DBAPIError.instance(
@@ -209,12 +211,13 @@ def _attempt(store: Store, work: Callable[[Transaction], T], *, write: bool, sna
             raise _LostCommit(error) from orig
         raise error from orig
     finally:
-        _give_back(connection, cursor, autocommit)
+        _give_back(store, connection, cursor, autocommit, clean)
 
 
-def _give_back(connection: Any, cursor: Any, autocommit: bool) -> None:
-    """Return a driver-level connection to the pool, which rolls back whatever the attempt
-    left open; one that cannot be reset is dropped instead."""
+def _give_back(store: Store, connection: Any, cursor: Any, autocommit: bool, clean: bool) -> None:
+    """Give a driver-level connection back: kept for the next unit of work if the attempt
+    left no transaction open, else to the pool, which rolls back whatever is left; one that
+    cannot be reset is dropped instead."""
     try:
         if cursor is not None:
             cursor.close()
@@ -222,5 +225,5 @@ def _give_back(connection: Any, cursor: Any, autocommit: bool) -> None:
             connection.dbapi_connection.autocommit = False
     except Exception as exc:
         connection.invalidate(exc)
-    finally:
-        connection.close()
+        clean = False
+    store.give_back(connection, reusable=clean and connection.is_valid)

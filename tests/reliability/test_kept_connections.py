@@ -1,0 +1,67 @@
+"""Connections a store keeps between units of work: never shared with a forked child,
+dropped with the engine, returned when a unit of work fails."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.support import FixedLLM
+from zerda_store import ConversationEntityMemory, Store
+from zerda_store.queries import Queries
+from zerda_store.unit_of_work import Transaction
+
+
+def _save(memory: ConversationEntityMemory, text: str) -> None:
+    memory.save_context({"input": text}, {"output": "ok"})
+
+
+def test_a_forked_child_opens_its_own_connections(database_url):
+    with Store(database_url) as store:
+        memory = ConversationEntityMemory(FixedLLM("Sarah"), store=store)
+        _save(memory, "parent before the fork")
+        pid = os.fork()
+        if pid == 0:  # the child: one save through the inherited store, then exit at once
+            code = 1
+            try:
+                _save(memory, "child")
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        _save(memory, "parent after the fork")
+        assert [turn["input"] for turn in memory.chat_memory] == [
+            "parent before the fork",
+            "child",
+            "parent after the fork",
+        ]
+
+
+def test_disposing_the_engine_drops_the_kept_connections(database_url):
+    with Store(database_url) as store:
+        _save(ConversationEntityMemory(FixedLLM("Sarah"), store=store), "one")
+        kept = store.borrow()
+        store.give_back(kept, reusable=True)
+        store.engine.dispose()
+        assert store.borrow().dbapi_connection is not kept.dbapi_connection
+
+
+def test_a_failed_unit_of_work_leaves_no_transaction_open(database_url):
+    with Store(database_url) as store:
+        memory = ConversationEntityMemory(FixedLLM("Sarah"), store=store)
+        _save(memory, "one")
+        queries = store.statements(Queries)
+
+        def note_then_fail(transaction: Transaction) -> None:
+            values = {"session_id": "default", "entity_id": 1, "text": "half done"}
+            transaction.run(queries.add_context, values)
+            raise RuntimeError("the work failed")
+
+        with pytest.raises(RuntimeError):
+            store.write(note_then_fail)
+        with Store(database_url, lock_timeout=0.5) as other:
+            other_memory = ConversationEntityMemory(FixedLLM("Sarah"), store=other)
+            _save(other_memory, "two")  # would time out if the failed unit held a lock
+        assert memory.entity_store["Sarah"].contexts == ["one ok", "two ok"]
