@@ -65,6 +65,9 @@ S = TypeVar("S")
 # Driver connections kept between units of work, outside the pool (the pool's others stay
 # free for SQLAlchemy's own connections).
 KEPT_CONNECTIONS = 4
+# A connection idle longer than this goes back to the pool (its recycling and a liveness
+# check apply there) instead of being used again directly.
+KEPT_SECONDS = 30.0
 
 # True while a unit of work that runs again whole on a dead connection checks one out: it
 # needs no liveness ping first (a round trip on every checkout).
@@ -224,7 +227,7 @@ class Store:
         self.lock_timeout = float(lock_timeout)
         self._statements: dict[Callable[[Dialect], Any], Any] = {}
         self._statements_lock = threading.Lock()
-        self._idle: list[Any] = []
+        self._idle: list[tuple[Any, float]] = []
         self._pid = os.getpid()
         try:
             self.engine = create_store_engine(
@@ -300,9 +303,13 @@ class Store:
             self._idle, self._pid = [], os.getpid()
         if not self.closed:
             try:
-                return self._idle.pop()
+                connection, kept_at = self._idle.pop()
             except IndexError:
                 pass
+            else:
+                if time.monotonic() - kept_at < KEPT_SECONDS:
+                    return connection
+                connection.close()  # back to the pool, whose recycling applies to it
         return self._checked_out(self.engine.raw_connection, ping=False)
 
     def give_back(self, connection: Any, *, reusable: bool) -> None:
@@ -310,7 +317,7 @@ class Store:
         (skipping the pool's checkin, reset and checkout, a fifth of a recall's time on
         SQLite); otherwise return it to the pool, which rolls back what is left open."""
         if reusable and not self.closed and len(self._idle) < KEPT_CONNECTIONS:
-            self._idle.append(connection)
+            self._idle.append((connection, time.monotonic()))
             if self.closed:  # closed meanwhile
                 self.drop_connections()
             return
@@ -324,7 +331,7 @@ class Store:
     def _drop_kept(self, *_: object) -> None:
         while self._idle:
             try:
-                connection = self._idle.pop()
+                connection, _kept_at = self._idle.pop()
             except IndexError:
                 break
             connection.invalidate()

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+import zerda_store.engine as engine_module
 from tests.support import FixedLLM
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.queries import Queries
@@ -65,3 +66,15 @@ def test_a_failed_unit_of_work_leaves_no_transaction_open(database_url):
             other_memory = ConversationEntityMemory(FixedLLM("Sarah"), store=other)
             _save(other_memory, "two")  # would time out if the failed unit held a lock
         assert memory.entity_store["Sarah"].contexts == ["one ok", "two ok"]
+
+
+def test_a_connection_kept_too_long_goes_back_through_the_pool(database_url, monkeypatch):
+    with Store(database_url) as store:
+        kept = store.borrow()
+        store.give_back(kept, reusable=True)
+        assert store.borrow() is kept  # given back just now: used again directly
+        store.give_back(kept, reusable=True)
+        monkeypatch.setattr(engine_module, "KEPT_SECONDS", 0.0)
+        fresh = store.borrow()
+        assert fresh is not kept
+        assert not kept.is_valid or kept.dbapi_connection is None  # returned to the pool
