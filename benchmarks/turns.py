@@ -24,7 +24,7 @@ from .workload import Query, ScriptedLLM, Turn, interleaved, make_queries, make_
 SESSION = "customer-1"
 WARM_UP = 40
 SAVE_TARGETS = {"sqlite": 1.3, "postgres": 1.5}
-LOAD_TARGETS = {"sqlite": 2.0, "postgres": 1.5}
+LOAD_TARGETS = {"sqlite": 1.5, "postgres": 1.5}
 BULK_SPEED_UP_TARGET = 10.0
 
 
