@@ -323,6 +323,11 @@ class Store:
             return
         connection.close()
 
+    def connections_in_use(self) -> int:
+        """How many of the pool's connections are in use right now (kept idle ones are
+        not: any unit of work may take them)."""
+        return int(self.engine.pool.checkedout()) - len(self._idle)  # type: ignore[attr-defined]
+
     def drop_connections(self) -> None:
         """Close every connection, kept or pooled (after a lost one, the others are most
         likely gone with it, as SQLAlchemy assumes on its own path)."""

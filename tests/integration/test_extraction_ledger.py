@@ -108,7 +108,7 @@ def test_the_llm_is_never_called_while_a_connection_is_held(make_memory):
 
     class WatchingLLM(KeywordLLM):
         def generate(self, prompt: str, max_tokens: int = 256) -> str:
-            held.append(memory.store.engine.pool.checkedout())
+            held.append(memory.store.connections_in_use())
             return super().generate(prompt, max_tokens)
 
     memory = make_memory(WatchingLLM(NAMES))
