@@ -8,7 +8,7 @@ inside it (:mod:`importing`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,7 +166,7 @@ class AdminRepository:
         return Ledger(self.store).failed_turns(session_id)
 
     def import_session(
-        self, session_id: str, records: Sequence[dict[str, Any]], *, merge: bool = False
+        self, session_id: str, records: Iterable[dict[str, Any]], *, merge: bool = False
     ) -> dict[str, int]:
         """Write exported records into a session in one transaction (see
         :meth:`Importer.import_session`); without ``merge`` a session that holds data is
@@ -197,3 +197,14 @@ class AdminRepository:
                 continue
             copied += 1
         return CopyReport(copied, skipped)
+
+
+class _Export:
+    """A session's records as an export gives them, streamed again on every iteration."""
+
+    def __init__(self, source: AdminRepository, session_id: str) -> None:
+        self._source = source
+        self._session_id = session_id
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self._source.export_session(self._session_id)

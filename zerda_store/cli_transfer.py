@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
-from typing import IO
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 from tqdm import tqdm
@@ -11,7 +13,7 @@ from tqdm import tqdm
 from . import migrate
 from .cli_common import Context, require_session, session_option
 from .engine import Store
-from .transfer import read_session, write_session
+from .transfer import ExportFile, write_session, write_session_file
 from .validation import checked_session_id
 
 
@@ -21,41 +23,75 @@ from .validation import checked_session_id
     "-o",
     "--output",
     "output",
-    type=click.File("w", encoding="utf-8"),
+    type=click.Path(dir_okay=False, allow_dash=True),
     required=True,
-    help="File to write (JSON Lines); - for standard output.",
+    help="File to write (JSON Lines); - for standard output. Written whole or not at all.",
 )
 @click.pass_obj
-def export_command(obj: Context, session_id: str, output: IO[str]) -> None:
-    """Write one session (turns, entities, snippets, timestamps) as JSON Lines."""
+def export_command(obj: Context, session_id: str, output: str) -> None:
+    """Write one session (turns, entities, snippets, timestamps) as JSON Lines, ending
+    with a line of counts and a checksum that `import` requires."""
     require_session(obj, session_id)
-    repository = obj.repository()
     records = tqdm(
-        repository.export_session(session_id),
+        obj.repository().export_session(session_id),
         desc="export",
         unit=" rows",
         disable=None,
         file=sys.stderr,
     )
-    lines = write_session(output, session_id, records)
+    if output == "-":
+        lines = write_session(sys.stdout, session_id, records)
+    else:
+        with _file_errors(output):
+            lines = write_session_file(output, session_id, records)
     click.echo(f"exported session {session_id!r}: {lines} lines", err=True)
 
 
+@contextmanager
+def _file_errors(path: str) -> Iterator[None]:
+    """A file that cannot be read or written (no such folder, a full disk) is one line."""
+    try:
+        yield
+    except OSError as exc:
+        raise click.ClickException(f"cannot use {path}: {exc.strerror or exc}") from None
+
+
 @click.command("import")
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @session_option
 @click.option("--merge", is_flag=True, help="Add to a session that already holds data.")
+@click.option(
+    "--unverified",
+    is_flag=True,
+    help="Accept a file of the first export format, which has no end line to verify.",
+)
 @click.pass_obj
-def import_command(obj: Context, file: IO[str], session_id: str, merge: bool) -> None:
-    """Read a session exported by `export` into SESSION, in one transaction."""
+def import_command(obj: Context, file: str, session_id: str, merge: bool, unverified: bool) -> None:
+    """Read a session exported by `export` into SESSION, in one transaction. The whole
+    file is checked first; a bad or truncated file is refused, and nothing is written."""
     checked_session_id(session_id)
-    lines = tqdm(file, desc="read", unit=" lines", disable=None, file=sys.stderr)
-    _, records = read_session(lines)
-    counts = obj.repository().import_session(session_id, records, merge=merge)
+    with _file_errors(file), _readable(file) as path:
+        export = ExportFile(path)
+        export.check(allow_unverified=unverified)
+        counts = obj.repository().import_session(session_id, export, merge=merge)
     click.echo(
         f"imported into {session_id!r}: {counts['turns']} turns, {counts['entities']} entities, "
         f"{counts['contexts']} snippets"
     )
+
+
+@contextmanager
+def _readable(file: str) -> Iterator[str]:
+    """A path that can be read twice (checked, then imported): standard input is copied
+    to a temporary file first."""
+    if file != "-":
+        yield file
+        return
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".jsonl") as copy:
+        for line in sys.stdin:
+            copy.write(line)
+        copy.flush()
+        yield copy.name
 
 
 @click.command()

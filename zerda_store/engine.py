@@ -9,6 +9,7 @@ connect timeout, so a dead server fails in seconds instead of hanging.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -68,6 +69,10 @@ KEPT_CONNECTIONS = 4
 # A connection idle longer than this goes back to the pool (its recycling and a liveness
 # check apply there) instead of being used again directly.
 KEPT_SECONDS = 30.0
+
+# Connections a forked child inherited from its parent's stores: referenced for the life
+# of the child so that garbage collection never closes the parent's sockets.
+_INHERITED: list[Any] = []
 
 # True while a unit of work that runs again whole on a dead connection checks one out: it
 # needs no liveness ping first (a round trip on every checkout).
@@ -131,10 +136,7 @@ def create_store_engine(
     _check_supported(url)
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url, durability, lock_timeout)
-    # Added to any options the URL carries; psycopg takes connect_args over the URL's.
-    options = f"{url.query.get('options', '')} -c lock_timeout={round(lock_timeout * 1000)}"
     connect_args: dict[str, Any] = {
-        "options": options.strip(),
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
         # A peer that vanishes mid-statement is noticed in about half a minute, not after
         # the operating system's TCP timeout.
@@ -145,7 +147,22 @@ def create_store_engine(
     }
     engine = sa.create_engine(url, pool_recycle=1800, connect_args=connect_args)
     _ping_on_checkout(engine)
+    # A session setting rather than a startup option: the URL's options, PGOPTIONS and
+    # poolers that refuse startup options (PgBouncer) are left alone.
+    lock_timeout_ms = _milliseconds(lock_timeout)
+
+    @event.listens_for(engine, "connect")
+    def _set_lock_timeout(dbapi_connection: Any, _record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET lock_timeout = {lock_timeout_ms}")
+        dbapi_connection.commit()
+
     return engine
+
+
+def _milliseconds(seconds: float) -> int:
+    """Whole milliseconds, at least 1 (0 would mean "wait forever" to Postgres)."""
+    return max(1, math.ceil(seconds * 1000))
 
 
 def _ping_on_checkout(engine: Engine) -> None:
@@ -164,7 +181,7 @@ def _ping_on_checkout(engine: Engine) -> None:
 
 def _sqlite_engine(url: URL, durability: Durability, lock_timeout: float) -> Engine:
     synchronous = {"full": "FULL", "normal": "NORMAL"}[durability]
-    busy_timeout_ms = round(lock_timeout * 1000)
+    busy_timeout_ms = _milliseconds(lock_timeout)
     engine = sa.create_engine(url, connect_args={"timeout": lock_timeout})
 
     @event.listens_for(engine, "connect")
@@ -299,8 +316,8 @@ class Store:
         """A driver connection for one attempt of a unit of work: one that an earlier unit
         gave back, else one from the pool. No liveness ping: a unit of work meets a dead
         connection at its first statement and runs again."""
-        if self._pid != os.getpid():  # a forked child must not use its parent's connections
-            self._idle, self._pid = [], os.getpid()
+        if self._pid != os.getpid():
+            self._after_fork()
         if not self.closed:
             try:
                 connection, kept_at = self._idle.pop()
@@ -309,7 +326,9 @@ class Store:
             else:
                 if time.monotonic() - kept_at < KEPT_SECONDS:
                     return connection
-                connection.close()  # back to the pool, whose recycling applies to it
+                # Back to the pool, and out again with its recycling and liveness ping.
+                connection.close()
+                return self._checked_out(self.engine.raw_connection, ping=True)
         return self._checked_out(self.engine.raw_connection, ping=False)
 
     def give_back(self, connection: Any, *, reusable: bool) -> None:
@@ -333,7 +352,18 @@ class Store:
         likely gone with it, as SQLAlchemy assumes on its own path)."""
         self.engine.dispose()  # the engine_disposed listener drops the kept ones
 
+    def _after_fork(self) -> None:
+        """In a forked child: never use, close or return the parent's connections (their
+        sockets and files are the parent's); keep them referenced so that nothing closes
+        them, and start a pool of the child's own."""
+        _INHERITED.append(self._idle)
+        self._idle, self._pid = [], os.getpid()
+        self.engine.dispose(close=False)
+
     def _drop_kept(self, *_: object) -> None:
+        if self._pid != os.getpid():
+            self._after_fork()
+            return
         while self._idle:
             try:
                 connection, _kept_at = self._idle.pop()

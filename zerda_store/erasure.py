@@ -63,9 +63,14 @@ class ErasureStatements:
         )
         self.delete_snippets = compiled(contexts.delete().where(contexts.c.entity_id == entity))
         self.delete_entity = compiled(entities.delete().where(entities.c.id == entity))
+        self.named_alongside = compiled(
+            sa.select(contexts.c.entity_id)
+            .where(contexts.c.turn_id.in_(turns_of_entity), contexts.c.entity_id != entity)
+            .distinct()
+        )
         has_snippets = sa.exists().where(contexts.c.entity_id == entities.c.id)
-        self.delete_orphans = compiled(
-            entities.delete().where(entities.c.session_id == session_param(), ~has_snippets)
+        self.delete_if_orphan = compiled(
+            entities.delete().where(entities.c.id == entity, ~has_snippets)
         )
         self.clear = [
             compiled(table.delete().where(table.c.session_id == session_param()))
@@ -95,7 +100,7 @@ class Erasure:
     ) -> ForgetReceipt | None:
         """Erase one entity and its snippets in one transaction, and its name from the
         turns that mention it (or, ``with_turns``, those turns and all their snippets,
-        and the other entities left with no snippet)."""
+        and the other entities of those turns that are left with no snippet)."""
 
         def work(transaction: Transaction) -> ForgetReceipt | None:
             found = transaction.run(
@@ -124,6 +129,8 @@ class Erasure:
     ) -> ForgetReceipt:
         statements, values = self._statements, {"entity_id": entity.id, "session_id": session_id}
         snippets = transaction.run(statements.count_snippets_with_turns, values)[0].count
+        # The other entities of those turns: deleted below if they are left with no snippet.
+        others = transaction.run(statements.named_alongside, values)
         turns_deleted = transaction.count(statements.delete_turns_naming, values)
         # Turns whose extraction failed name nobody yet; a later reextract would bring the
         # entity back from them.
@@ -132,7 +139,9 @@ class Erasure:
             statements.delete_turn, [{"turn_id": turn_id} for turn_id in failed]
         )
         self._delete_entity(transaction, entity)
-        orphans = transaction.count(statements.delete_orphans, {"session_id": session_id})
+        orphans = transaction.run_many(
+            statements.delete_if_orphan, [{"entity_id": row.entity_id} for row in others]
+        )
         return ForgetReceipt(entity.name, 1 + orphans, int(snippets), turns_deleted, 0)
 
     def _failed_turns_mentioning(

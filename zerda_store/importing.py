@@ -10,7 +10,7 @@ a list of keys, so no parameter limit applies however many turns the file holds.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,7 +20,6 @@ from .driver import compile_statement
 from .engine import Store
 from .errors import SessionNotEmptyError, StoreError
 from .queries import session_param
-from .repository import upsert_entities
 from .rows import context_row, entity_row, outcome_row, turn_row
 from .schema import entities, turns
 from .statements import RowsInsert, TurnStatements
@@ -56,65 +55,92 @@ class Importer:
         return bool(rows[0].found)
 
     def import_session(
-        self, session_id: str, records: Sequence[dict[str, Any]], *, merge: bool = False
+        self, session_id: str, records: Iterable[dict[str, Any]], *, merge: bool = False
     ) -> dict[str, int]:
-        """Write exported records into a session in one transaction, mapping ids. Entities
-        that already exist in the session (a merge) are upserted as a saved turn would be.
+        """Write exported records (turns, then entities, then snippets, as an export orders
+        them) into a session in one transaction, mapping ids, ``IMPORT_BATCH`` rows a
+        statement, so memory stays flat in the session's size. ``records`` must be
+        re-iterable (a list, or an object whose ``__iter__`` starts over): a unit of work
+        that meets a deadlock or a lost connection runs again from the start. Entities that
+        already exist in the session (a merge) are upserted as a saved turn would be.
         Nothing is written if the session holds data and ``merge`` is false, or if a turn's
         idempotency key was used in the session before."""
-        turn_records = sorted((r for r in records if r["kind"] == "turn"), key=lambda r: r["id"])
-        entity_records = [r for r in records if r["kind"] == "entity"]
-        context_records = [r for r in records if r["kind"] == "context"]
-        insert_turn_rows = self._statements.turns.prepare(len(turn_records))
-        upsert = self._turn_statements.entities.prepare(len(entity_records))
-        insert_contexts = self._turn_statements.contexts.prepare(len(context_records))
-        insert_outcomes = self._turn_statements.outcomes.prepare(len(turn_records))
+        inserts = (
+            self._statements.turns,
+            self._turn_statements.entities,
+            self._turn_statements.contexts,
+            self._turn_statements.outcomes,
+        )
+        for insert in inserts:
+            insert.compile_all()
+        exists = self._statements.session_exists
 
         def work(transaction: Transaction) -> dict[str, int]:
-            if (
-                not merge
-                and transaction.run(self._statements.session_exists, {"session_id": session_id})[
-                    0
-                ].found
-            ):
+            if not merge and transaction.run(exists, {"session_id": session_id})[0].found:
                 raise SessionNotEmptyError(
                     f"session {session_id!r} already holds data: pass --merge to add to it"
                 )
-            turn_ids = self._import_turns(transaction, insert_turn_rows, session_id, turn_records)
-            outcomes = [_outcome_row(session_id, turn_ids[r["id"]], r) for r in turn_records]
-            insert_outcomes.run(transaction, outcomes)
-            seq = _SequenceMap(turn_ids)
-            rows = [_entity_row(session_id, seq, r) for r in entity_records]
-            entity_ids = upsert_entities(transaction, upsert, rows) if rows else {}
-            by_old_entity = {r["id"]: entity_ids[r["name_key"]] for r in entity_records}
-            ordered = sorted(context_records, key=lambda r: (r["turn_seq"], r["id"]))
-            insert_contexts.run(
-                transaction,
-                [
-                    context_row(
-                        session_id,
-                        entity_id=by_old_entity[r["entity_id"]],
-                        turn_id=turn_ids[r["turn_id"]] if r["turn_id"] is not None else None,
-                        turn_seq=seq.map(r["turn_seq"]),
-                        text=r["text"],
-                    )
-                    for r in ordered
-                ],
-            )
-            return {
-                "turns": len(turn_records),
-                "entities": len(entity_records),
-                "contexts": len(context_records),
-            }
+            writer = _SessionWriter(transaction, session_id, *inserts)
+            for kind, batch in _batches(records):
+                writer.write(kind, batch)
+            return writer.counts
 
         return self.store.write(work, SessionLock(session_id, exclusive=True))
 
-    @staticmethod
-    def _import_turns(
-        transaction: Transaction, insert: Any, session_id: str, records: list[dict[str, Any]]
-    ) -> dict[int, int]:
-        if not records:
-            return {}
+
+IMPORT_BATCH = 512
+
+
+def _batches(records: Iterable[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Runs of records of one kind, at most ``IMPORT_BATCH`` long."""
+    kind = ""
+    batch: list[dict[str, Any]] = []
+    for record in records:
+        if record["kind"] != kind or len(batch) == IMPORT_BATCH:
+            if batch:
+                yield kind, batch
+            kind, batch = record["kind"], []
+        batch.append(record)
+    if batch:
+        yield kind, batch
+
+
+class _SessionWriter:
+    """Writes one session's records batch by batch inside one transaction, keeping only
+    the maps from the file's ids to the new ones."""
+
+    def __init__(
+        self,
+        transaction: Transaction,
+        session_id: str,
+        turn_insert: RowsInsert,
+        entity_upsert: RowsInsert,
+        context_insert: RowsInsert,
+        outcome_insert: RowsInsert,
+    ) -> None:
+        self._transaction = transaction
+        self._session_id = session_id
+        self._inserts = (turn_insert, entity_upsert, context_insert, outcome_insert)
+        self._turn_ids: dict[int, int] = {}
+        self._entity_ids: dict[int, int] = {}
+        self._seq: _SequenceMap | None = None
+        self.counts = {"turns": 0, "entities": 0, "contexts": 0}
+
+    def write(self, kind: str, batch: list[dict[str, Any]]) -> None:
+        if kind == "turn":
+            self._write_turns(batch)
+        elif kind == "entity":
+            self._write_entities(batch)
+        elif kind == "context":
+            self._write_contexts(batch)
+
+    def _run(self, insert: RowsInsert, rows: list[dict[str, Any]]) -> list[Any]:
+        return insert.prepare(len(rows)).run(self._transaction, rows)
+
+    def _write_turns(self, records: list[dict[str, Any]]) -> None:
+        turn_insert, _, _, outcome_insert = self._inserts
+        session_id = self._session_id
+        records = sorted(records, key=lambda r: r["id"])
         rows = [
             turn_row(
                 session_id,
@@ -126,17 +152,56 @@ class Importer:
             )
             for r in records
         ]
-        inserted = insert.run(transaction, rows)
+        inserted = self._run(turn_insert, rows)
         if len(inserted) < len(rows):
-            stored = {row.idempotency_key for row in inserted}
-            used = next(r["idempotency_key"] for r in records if r["idempotency_key"] not in stored)
-            raise StoreError(
-                f"session {session_id!r} already has a turn with idempotency key {used!r}: "
-                "the file was imported before; nothing was imported"
-            )
+            raise StoreError(_used_key_message(session_id, records, inserted))
         # Ids grow in insertion order (see repository.insert_turns).
         new_ids = sorted(int(row.id) for row in inserted)
-        return {r["id"]: new_id for r, new_id in zip(records, new_ids, strict=True)}
+        mapped = dict(zip((r["id"] for r in records), new_ids, strict=True))
+        self._turn_ids.update(mapped)
+        outcomes = [_outcome_row(session_id, mapped[r["id"]], r) for r in records]
+        self._run(outcome_insert, outcomes)
+        self.counts["turns"] += len(records)
+
+    def _write_entities(self, records: list[dict[str, Any]]) -> None:
+        if self._seq is None:
+            self._seq = _SequenceMap(self._turn_ids)
+        seq = self._seq
+        rows = sorted(
+            (_entity_row(self._session_id, seq, r) for r in records),
+            key=lambda row: row["name_key"],
+        )
+        ids = {row.name_key: int(row.id) for row in self._run(self._inserts[1], rows)}
+        self._entity_ids.update((r["id"], ids[r["name_key"]]) for r in records)
+        self.counts["entities"] += len(records)
+
+    def _write_contexts(self, records: list[dict[str, Any]]) -> None:
+        seq = self._seq or _SequenceMap(self._turn_ids)
+        rows = [
+            context_row(
+                self._session_id,
+                entity_id=self._entity_ids[r["entity_id"]],
+                turn_id=self._turn_ids[r["turn_id"]] if r["turn_id"] is not None else None,
+                turn_seq=seq.map(r["turn_seq"]),
+                text=r["text"],
+            )
+            for r in sorted(records, key=lambda r: (r["turn_seq"], r["id"]))
+        ]
+        self._run(self._inserts[2], rows)
+        self.counts["contexts"] += len(records)
+
+
+def _used_key_message(session_id: str, records: list[dict[str, Any]], inserted: list[Any]) -> str:
+    stored = {row.idempotency_key for row in inserted}
+    keys = [r["idempotency_key"] for r in records if r["idempotency_key"] is not None]
+    used = next((key for key in keys if key not in stored), None)
+    if used is None:  # every key went in once: the records hold one of them twice
+        used = next(key for key in keys if keys.count(key) > 1)
+        return f"the records hold idempotency key {used!r} more than once; nothing was imported"
+    return (
+        f"session {session_id!r} already has a turn with idempotency key {used!r}: "
+        "the file was imported before; nothing was imported"
+    )
 
 
 def _outcome_row(session_id: str, turn_id: int, r: dict[str, Any]) -> dict[str, Any]:

@@ -175,6 +175,16 @@ class RowsInsert:
             return PreparedInsert([(self._statement(ANY_ROWS), count)])
         return PreparedInsert([(self._statement(size), size) for size in _statement_sizes(count)])
 
+    def compile_all(self) -> None:
+        """Compile every statement some row count needs, so that inserts whose counts are
+        known only inside a transaction (a streamed import) compile nothing there."""
+        if self._arrays:
+            sizes = {ANY_ROWS, *range(1, POSTGRES_VALUES_ROWS + 1)}
+        else:
+            sizes = {ROWS_PER_STATEMENT, *range(8, ROWS_PER_STATEMENT, 8), *range(1, 8)}
+        for size in sizes:
+            self._statement(size)
+
     def _statement(self, size: int) -> Runnable:
         statement = self._compiled.get(size)
         if statement is None:

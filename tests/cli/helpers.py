@@ -164,11 +164,12 @@ def console_script() -> str:
 
 
 def export_records(url: str, session_id: str) -> list[dict[str, Any]]:
-    """The records ``export`` writes for a session (header excluded)."""
+    """The records ``export`` writes for a session (header and end line excluded)."""
     result = succeeded(invoke(url, "export", "--session", session_id, "-o", "-"))
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-    assert lines[0] == {"kind": "session", "session_id": session_id, "format": 1}
-    return lines[1:]
+    assert lines[0] == {"kind": "session", "session_id": session_id, "format": 2}
+    assert lines[-1]["kind"] == "end"
+    return lines[1:-1]
 
 
 def canonical(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from tests.cli.helpers import (
     succeeded,
     url_maker,
 )
+from zerda_store.transfer import write_session
 
 
 def export_file(url: str, session_id: str, path: Path) -> list[str]:
@@ -45,9 +46,15 @@ def assert_same_session(source: str, source_id: str, target: str, target_id: str
 def test_export_writes_a_header_then_turns_entities_and_snippets(shared_populated, tmp_path):
     lines = [json.loads(line) for line in export_file(shared_populated, "acme", tmp_path / "a")]
 
-    assert lines[0] == {"kind": "session", "session_id": "acme", "format": 1}
+    assert lines[0] == {"kind": "session", "session_id": "acme", "format": 2}
     kinds = [line["kind"] for line in lines[1:]]
-    assert kinds == ["turn"] * 6 + ["entity"] * 3 + ["context"] * 8
+    assert kinds == ["turn"] * 6 + ["entity"] * 3 + ["context"] * 8 + ["end"]
+    assert {key: lines[-1][key] for key in ("turns", "entities", "contexts")} == {
+        "turns": 6,
+        "entities": 3,
+        "contexts": 8,
+    }
+    assert len(lines[-1]["sha256"]) == 64
     turns = [line for line in lines if line["kind"] == "turn"]
     assert [t["status"] for t in turns] == ["ok", "ok", "ok", "ok", "failed", "ok"]
     assert turns[4]["error"] == "RuntimeError: timeout"
@@ -94,7 +101,7 @@ def test_round_trip_into_a_new_session_of_the_same_database(shared_populated, tm
     assert_same_session(shared_populated, session_id, shared_populated, target)
     # the source is untouched, and the copy's export names the new session
     assert export_file(shared_populated, target, tmp_path / "again.jsonl")[0] == json.dumps(
-        {"kind": "session", "session_id": target, "format": 1}
+        {"kind": "session", "session_id": target, "format": 2}
     )
 
 
@@ -189,9 +196,14 @@ def _drop_field(record: dict, field: str) -> dict:
 
 
 def corrupt(lines: list[str], how: str) -> tuple[list[str], int | None]:
-    """A damaged copy of an export and the number of the line that is wrong."""
+    """A damaged copy of an export and the number of the line that is wrong (the end
+    line stays as it was: a bad record is reported before the checksum)."""
+    damaged, number = _corrupt_records(list(lines[:-1]), how)
+    return [*damaged, lines[-1]], number
+
+
+def _corrupt_records(lines: list[str], how: str) -> tuple[list[str], int | None]:
     records = [json.loads(line) for line in lines]
-    lines = list(lines)
     if how == "bad-json-on-line-3":
         lines[2] = lines[2][:-5]
         return lines, 3
@@ -301,11 +313,8 @@ def test_a_file_with_whole_numbers_for_times_imports(shared_populated, tmp_path)
         for n in range(12)
     ]
     path = tmp_path / "mixed.jsonl"
-    path.write_text(
-        "\n".join(json.dumps(r) for r in [records[0], *turns, *extra, *records[len(turns) + 1 :]])
-        + "\n",
-        encoding="utf-8",
-    )
+    with path.open("w", encoding="utf-8") as out:
+        write_session(out, "acme", [*turns, *extra, *records[len(turns) + 1 : -1]])
 
     succeeded(import_file(shared_populated, path, "acme-mixed"))
 

@@ -18,20 +18,47 @@ def _save(memory: ConversationEntityMemory, text: str) -> None:
     memory.save_context({"input": text}, {"output": "ok"})
 
 
-def test_a_forked_child_opens_its_own_connections(database_url):
+def _in_child(work) -> int:
+    """Run ``work`` in a forked child; its exit code (0 when ``work`` returned True)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if work() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _alive(connection) -> bool:
+    cursor = connection.cursor()
+    try:
+        cursor.execute("SELECT 1")
+        return cursor.fetchall()[0][0] == 1
+    finally:
+        cursor.close()
+
+
+@pytest.mark.parametrize("child_disposes", [False, True], ids=["plain", "dispose-close-false"])
+def test_a_forked_child_never_touches_its_parents_connections(database_url, child_disposes):
     with Store(database_url) as store:
         memory = ConversationEntityMemory(FixedLLM("Sarah"), store=store)
         _save(memory, "parent before the fork")
-        pid = os.fork()
-        if pid == 0:  # the child: one save through the inherited store, then exit at once
-            code = 1
-            try:
-                _save(memory, "child")
-                code = 0
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        kept = store.borrow()
+        store.give_back(kept, reusable=True)
+
+        def child() -> bool:
+            if child_disposes:  # what SQLAlchemy advises a forked child to do
+                store.engine.dispose(close=False)
+            own = store.borrow()
+            store.give_back(own, reusable=True)
+            _save(memory, "child")
+            return own.dbapi_connection is not kept.dbapi_connection
+
+        assert _in_child(child) == 0
+        assert store.borrow() is kept and _alive(kept)  # the parent's connection survived
+        store.give_back(kept, reusable=True)
         _save(memory, "parent after the fork")
         assert [turn["input"] for turn in memory.chat_memory] == [
             "parent before the fork",
