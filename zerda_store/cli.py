@@ -18,8 +18,10 @@ from . import migrate
 from .cli_common import (
     Context,
     Group,
+    escaped,
     json_option,
     output,
+    print_text,
     require_session,
     session_option,
     when,
@@ -166,13 +168,13 @@ def entity(obj: Context, name: str, session_id: str, limit: int, as_json: bool) 
     if as_json:
         click.echo(json.dumps(info, ensure_ascii=False, indent=2))
         return
-    click.echo(f"{info['name']} ({info['type']})")
-    click.echo(f"  snippets:   {info['contexts_count']}")
-    click.echo(f"  first seen: {when(info['first_seen'])}")
-    click.echo(f"  last seen:  {when(info['last_seen'])}")
-    click.echo("  recent snippets, oldest first:")
+    print_text(f"{escaped(info['name'])} ({escaped(info['type'])})")
+    print_text(f"  snippets:   {info['contexts_count']}")
+    print_text(f"  first seen: {when(info['first_seen'])}")
+    print_text(f"  last seen:  {when(info['last_seen'])}")
+    print_text("  recent snippets, oldest first:")
     for snippet in info["recent_contexts"]:
-        click.echo(f"    - {snippet}")
+        print_text(f"    - {escaped(snippet)}")  # one line per snippet, whatever it holds
 
 
 @main.command()
@@ -206,7 +208,7 @@ def forget(obj: Context, name: str, session_id: str, with_turns: bool, as_json: 
     if as_json:
         click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
         return
-    click.echo(
+    print_text(
         f"forgot {receipt['entity']!r}: {receipt['entities']} entities, "
         f"{receipt['contexts']} snippets, {receipt['turns_deleted']} turns deleted, "
         f"{receipt['turns_updated']} turns updated"
@@ -217,7 +219,7 @@ def forget(obj: Context, name: str, session_id: str, with_turns: bool, as_json: 
 @click.pass_obj
 def demo(obj: Context) -> None:
     """Run a short scripted CRM conversation and show what the memory recalls."""
-    run_demo(obj.database_url, click.echo)
+    run_demo(obj.database_url, print_text)
 
 
 # -- moving data --------------------------------------------------------------------------
@@ -250,7 +252,7 @@ def reextract(
         )
         for key, count in memory.reextract().items():
             totals[key] += count
-    click.echo(f"repaired {totals['repaired']} turns, {totals['failed']} still failing")
+    print_text(f"repaired {totals['repaired']} turns, {totals['failed']} still failing")
 
 
 @main.group()

@@ -1,10 +1,12 @@
 """What the ``zerda-store`` commands share: the URL and store, one-line errors, and
-tables or JSON on standard output."""
+tables or JSON on standard output. Stored text in human-readable output is escaped
+(:func:`escaped`) so that it cannot drive the operator's terminal."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +19,28 @@ from .admin import AdminRepository
 from .engine import Store
 from .errors import StoreError
 from .memory import ConversationEntityMemory
+
+# Control characters (Unicode category Cc: C0, DEL, C1) move the cursor, retitle the window
+# or start escape sequences; the bidi embeddings, overrides and isolates reorder the text
+# around them.
+_ACTING_ON_TERMINAL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(found: re.Match[str]) -> str:
+    return found.group().encode("unicode_escape").decode("ascii")
+
+
+def escaped(text: object) -> str:
+    """``text`` with every character a terminal would act on written out visibly, as in a
+    Python string literal (``\\x1b``, ``\\r``, ``\\n``, ``\\u202e``): stored text shows as
+    text, on one line. Everything else, backslashes included, is left as it is."""
+    return _ACTING_ON_TERMINAL.sub(_escape, str(text))
+
+
+def print_text(text: str) -> None:
+    """Print human-readable text: its own line breaks are kept, everything else a terminal
+    would act on is escaped."""
+    click.echo("\n".join(escaped(line) for line in text.split("\n")))
 
 
 class Context:
@@ -62,11 +86,11 @@ class Group(click.Group):
             return super().invoke(ctx)
         except (StoreError, CommandError, LookupError, ValueError) as exc:
             message = exc.args[0] if isinstance(exc, LookupError) and exc.args else exc
-            raise click.ClickException(str(message)) from None
+            raise click.ClickException(escaped(message)) from None
         except DBAPIError as exc:
             store = ctx.obj.store_if_open if isinstance(ctx.obj, Context) else None
             detail = store.describe(exc) if store is not None else type(exc).__name__
-            raise click.ClickException(f"database error: {detail}") from None
+            raise click.ClickException(f"database error: {escaped(detail)}") from None
 
 
 def when(timestamp: float | None) -> str:
@@ -77,7 +101,8 @@ def when(timestamp: float | None) -> str:
 
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    cells = [[str(row[column]) for column in columns] for row in rows]
+    """Rows as a table under the column names, each cell escaped and on one line."""
+    cells = [[escaped(row[column]) for column in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in cells:

@@ -112,12 +112,13 @@ def text(turn: tuple[str, str]) -> str:
 # -- running the command ------------------------------------------------------------------
 
 
-def invoke(url: str | None, *args: str, input: str | None = None) -> Result:
+def invoke(url: str | None, *args: str, input: str | None = None, terminal: bool = False) -> Result:
     """``zerda-store [--database-url URL] ARGS`` in-process, without the caller's
-    environment variable."""
+    environment variable. With ``terminal`` output is written as to a terminal (click
+    leaves ANSI sequences in, which it strips from output to a pipe)."""
     runner = CliRunner(env={DATABASE_URL_ENV: None})
     prefix = ["--database-url", url] if url is not None else []
-    return runner.invoke(main, [*prefix, *args], input=input)
+    return runner.invoke(main, [*prefix, *args], input=input, color=terminal)
 
 
 def succeeded(result: Result) -> Result:
