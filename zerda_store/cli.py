@@ -32,6 +32,10 @@ from .engine import DATABASE_URL_ENV
 from .extraction import StanzaExtractor
 from .memory import ConversationEntityMemory
 
+# More snippets than an operator reads; a bound also keeps numbers beyond the databases'
+# 64-bit LIMIT out of the query (every snippet: Entity.contexts in the Python API).
+MAX_SNIPPETS_SHOWN = 10_000
+
 
 @click.group(cls=Group)
 @click.option(
@@ -156,7 +160,13 @@ def entities(obj: Context, session_id: str, as_json: bool) -> None:
 @main.command()
 @click.argument("name")
 @session_option
-@click.option("--limit", default=3, show_default=True, help="How many recent snippets to show.")
+@click.option(
+    "--limit",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, MAX_SNIPPETS_SHOWN),
+    help="How many recent snippets to show.",
+)
 @json_option
 @click.pass_obj
 def entity(obj: Context, name: str, session_id: str, limit: int, as_json: bool) -> None:

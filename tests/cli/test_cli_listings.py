@@ -208,6 +208,36 @@ def test_entity_json_is_get_entity_info_with_the_limit(shared_populated):
         }
 
 
+@pytest.mark.parametrize("limit", ["0", "-1", "10001", str(10**20), str(-(10**20))])
+def test_entity_limit_out_of_range_fails_with_one_error_line(shared_populated, limit):
+    result = invoke(shared_populated, "entity", "Acme Corp", "--session", "acme", "--limit", limit)
+
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert errors == [
+        f"Error: Invalid value for '--limit': {limit} is not in the range 1<=x<=10000."
+    ]
+    assert result.stdout == ""
+
+
+def test_entity_limit_at_the_maximum_shows_every_snippet(shared_populated):
+    info = json_of(
+        invoke(
+            shared_populated,
+            "entity",
+            "Acme Corp",
+            "--session",
+            "acme",
+            "--limit",
+            "10000",
+            "--json",
+        )
+    )
+    assert len(info["recent_contexts"]) == info["contexts_count"] == 4
+
+
 @pytest.mark.parametrize("spelling", ["sarah chen", "  SARAH   chen ", "Sarah Chen"])
 def test_entity_look_up_is_normalized(shared_populated, spelling):
     info = json_of(invoke(shared_populated, "entity", spelling, "--session", "acme", "--json"))
