@@ -94,6 +94,11 @@ class Queries:
         self.turns_after = compiled(
             turns_from.where(turns.c.id > param("after")).order_by(turns.c.id).limit(param("limit"))
         )
+        self.turns_before = compiled(
+            turns_from.where(turns.c.id < param("before"))
+            .order_by(turns.c.id.desc())
+            .limit(param("limit"))
+        )
         self._notes(compiled)
 
     def _notes(self, compiled: Any) -> None:

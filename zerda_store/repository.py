@@ -11,7 +11,8 @@ same entities cannot deadlock each other.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .engine import Store
@@ -256,12 +257,66 @@ class Repository:
         values = {"session_id": session_id, "offset": offset, "limit": limit}
         return [turn_record(row) for row in self._one(statement, values)]
 
-    def iter_turns(self, session_id: str) -> Iterator[TurnRecord]:
-        """The session's turns in saved order, fetched a page at a time."""
-        values: dict[str, Any] = {"session_id": session_id, "after": 0, "limit": PAGE_SIZE}
-        while True:
-            page = [turn_record(row) for row in self._one(self._queries.turns_after, values)]
-            yield from page
-            if len(page) < PAGE_SIZE:
+    def iter_turns(
+        self,
+        session_id: str,
+        *,
+        offset: int = 0,
+        count: int | None = None,
+        newest_first: bool = False,
+    ) -> Iterator[TurnRecord]:
+        """``count`` turns (None: all the rest) from position ``offset`` in saved order, or
+        counting from the newest turn back, fetched a page at a time."""
+        pages = self._turn_pages(self._one, session_id, offset, count, PAGE_SIZE, newest_first)
+        return itertools.chain.from_iterable(pages)
+
+    def turns_slice(self, session_id: str, index: slice) -> list[TurnRecord]:
+        """The turns ``index`` picks, as the same slice of a list of the session's turns
+        would (any step; bounds negative or out of range), seen in one snapshot. The turns
+        from the first to the last one picked are read a page at a time."""
+        return self.store.read(
+            lambda transaction: self._slice(transaction, session_id, index), snapshot=True
+        )
+
+    def _slice(self, transaction: Transaction, session_id: str, index: slice) -> list[TurnRecord]:
+        count = transaction.run(self._queries.count_turns, {"session_id": session_id})[0].count
+        positions = range(*index.indices(int(count)))
+        if not positions:
+            return []
+        stride = abs(positions.step)
+        span = (len(positions) - 1) * stride + 1
+        page_size = span if stride == 1 else PAGE_SIZE  # a step of 1 keeps all it reads
+        pages = self._turn_pages(
+            transaction.run, session_id, min(positions), span, page_size, newest_first=False
+        )
+        picked = list(itertools.islice(itertools.chain.from_iterable(pages), 0, None, stride))
+        return picked if positions.step > 0 else picked[::-1]
+
+    def _turn_pages(
+        self,
+        run: Callable[[Any, dict[str, Any]], list[Any]],
+        session_id: str,
+        offset: int,
+        count: int | None,
+        page_size: int,
+        newest_first: bool,
+    ) -> Iterator[list[TurnRecord]]:
+        """Pages of ``count`` turns (None: to the end) from position ``offset``. Only the
+        first page is found by its offset; each next one by the id of the last turn seen,
+        so that the database never skips the turns before it again."""
+        queries = self._queries
+        if newest_first:
+            statement, following, key = queries.turns_newest_first, queries.turns_before, "before"
+        else:
+            statement, following, key = queries.turns_page, queries.turns_after, "after"
+        values: dict[str, Any] = {"session_id": session_id, "offset": offset}
+        remaining = count
+        while remaining is None or remaining > 0:
+            limit = page_size if remaining is None else min(page_size, remaining)
+            rows = run(statement, {**values, "limit": limit})
+            yield [turn_record(row) for row in rows]
+            if len(rows) < limit:
                 return
-            values["after"] = page[-1].id
+            if remaining is not None:
+                remaining -= limit
+            statement, values = following, {"session_id": session_id, key: rows[-1].id}

@@ -76,7 +76,8 @@ def _turn_dict(turn: TurnRecord) -> dict[str, Any]:
 
 
 class ChatMemoryView(Sequence[dict[str, Any]]):
-    """A read-only sequence of the session's turns as ``{"input", "output", "entities"}``."""
+    """A read-only sequence of the session's turns as ``{"input", "output", "entities"}``.
+    Slices (any step), ``reversed`` and ``index`` read the turns a page at a time."""
 
     def __init__(self, memory: ConversationEntityMemory) -> None:
         self._memory = memory
@@ -93,11 +94,7 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         repository, session_id = self._memory._repository, self._memory.session_id
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            count = max(0, stop - start)
-            return [_turn_dict(t) for t in repository.turns_page(session_id, start, count)]
+            return [_turn_dict(t) for t in repository.turns_slice(session_id, index)]
         if index < 0:  # counted from the newest turn: no need to count them all first
             page = repository.turns_page(session_id, -index - 1, 1, newest_first=True)
         else:
@@ -109,3 +106,22 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         memory = self._memory
         return (_turn_dict(t) for t in memory._repository.iter_turns(memory.session_id))
+
+    def __reversed__(self) -> Iterator[dict[str, Any]]:
+        """The turns from the newest back, a page at a time (not a query per turn)."""
+        memory = self._memory
+        turns = memory._repository.iter_turns(memory.session_id, newest_first=True)
+        return (_turn_dict(t) for t in turns)
+
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
+        """The position of the first turn equal to ``value`` from ``start`` to ``stop``, as
+        ``list.index`` finds it; the turns are read a page at a time."""
+        first, last, _ = slice(start, stop).indices(len(self))
+        memory = self._memory
+        turns = memory._repository.iter_turns(
+            memory.session_id, offset=first, count=max(0, last - first)
+        )
+        for position, turn in enumerate(turns, first):
+            if _turn_dict(turn) == value:
+                return position
+        raise ValueError(f"{value!r} is not in chat_memory")
