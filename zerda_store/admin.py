@@ -191,7 +191,7 @@ class AdminRepository:
         copied = skipped = 0
         for session_id in progress(ids):
             try:
-                destination.import_session(session_id, list(self.export_session(session_id)))
+                destination.import_session(session_id, _Export(self, session_id))
             except SessionNotEmptyError:
                 skipped += 1
                 continue
