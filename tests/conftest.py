@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tests import passwords
 from zerda_store import ConversationEntityMemory, Store, migrate
 
 POSTGRES_ADMIN_URL = os.environ.get(
@@ -107,3 +108,60 @@ def make_memory(database_url: str) -> Iterator[Callable[..., ConversationEntityM
     yield make
     for memory in opened:
         memory.close()
+
+
+# -- passwords in URLs ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def password_checking_admin(postgres_admin: sa.Engine) -> Iterator[sa.Engine]:
+    """An admin engine on a Postgres server that checks passwords: the test server if it
+    does, else a private one started for the session (skips if neither is possible)."""
+    if passwords.checks_passwords(postgres_admin):
+        yield postgres_admin
+        return
+    try:
+        with passwords.private_server() as admin:
+            yield admin
+    except passwords.NoServer as exc:
+        reason = f"the test server accepts any password and no other can be started: {exc}"
+        if REQUIRE_POSTGRES:
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture(params=passwords.FORMS, ids=str)
+def form(request: pytest.FixtureRequest) -> passwords.Form:
+    """A password with "@" signs in the userinfo or the query, or a plain one in the query."""
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def secret_database(
+    postgres_admin: sa.Engine, form: passwords.Form
+) -> Iterator[passwords.RoleDatabase]:
+    """A role with the form's password, owning a database at head (on the test server, which
+    may not check the password)."""
+    role, drop = passwords.create_role_database(postgres_admin, form)
+    yield role
+    drop()
+
+
+@pytest.fixture
+def empty_secret_database(
+    postgres_admin: sa.Engine, form: passwords.Form
+) -> Iterator[passwords.RoleDatabase]:
+    """Like ``secret_database``, with no tables."""
+    role, drop = passwords.create_role_database(postgres_admin, form, at_head=False)
+    yield role
+    drop()
+
+
+@pytest.fixture
+def password_checked_database(
+    password_checking_admin: sa.Engine, form: passwords.Form
+) -> Iterator[passwords.RoleDatabase]:
+    """Like ``secret_database``, on a server that refuses a wrong password."""
+    role, drop = passwords.create_role_database(password_checking_admin, form)
+    yield role
+    drop()

@@ -4,6 +4,7 @@ tables or JSON on standard output. Stored text in human-readable output is escap
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import re
@@ -12,13 +13,15 @@ from typing import Any
 
 import click
 from alembic.util.exc import CommandError
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from . import migrate
 from .admin import AdminRepository
-from .engine import Store
+from .engine import Store, first_line, resolve_url
 from .errors import StoreError
 from .memory import ConversationEntityMemory
+from .urls import scrub
 
 # Control characters (Unicode category Cc: C0, DEL, C1) move the cursor, retitle the window
 # or start escape sequences; the bidi embeddings, overrides and isolates reorder the text
@@ -49,16 +52,30 @@ class Context:
     def __init__(self, database_url: str | None) -> None:
         self.database_url = database_url
         self._store: Store | None = None
+        self._urls: list[URL] = []
 
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = Store(self.database_url)
+            self._store = self.open_store(self.database_url)
         return self._store
 
-    @property
-    def store_if_open(self) -> Store | None:
-        return self._store
+    def open_store(self, database_url: str | None) -> Store:
+        """A store on ``database_url``, whose secrets :meth:`scrub` then masks (the caller
+        closes it)."""
+        url = resolve_url(database_url)
+        self._urls.append(url)
+        return Store(url)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the secrets of every URL this command was given masked (the demo
+        opens its own store on the main URL)."""
+        urls = list(self._urls)
+        with contextlib.suppress(StoreError):
+            urls.append(resolve_url(self.database_url))
+        for url in urls:
+            text = scrub(text, url)
+        return text
 
     def memory(self, session_id: str) -> ConversationEntityMemory:
         return ConversationEntityMemory(store=self.store, session_id=session_id)
@@ -81,16 +98,23 @@ class Context:
 
 
 class Group(click.Group):
+    """Turns the expected failures into one line, with no secret of any URL in it."""
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (StoreError, CommandError, LookupError, ValueError) as exc:
             message = exc.args[0] if isinstance(exc, LookupError) and exc.args else exc
-            raise click.ClickException(escaped(message)) from None
+            raise click.ClickException(escaped(_scrubbed(ctx, str(message)))) from None
         except DBAPIError as exc:
-            store = ctx.obj.store_if_open if isinstance(ctx.obj, Context) else None
-            detail = store.describe(exc) if store is not None else type(exc).__name__
-            raise click.ClickException(f"database error: {escaped(detail)}") from None
+            detail = first_line(exc) if isinstance(ctx.obj, Context) else type(exc).__name__
+            raise click.ClickException(
+                escaped(_scrubbed(ctx, f"database error: {detail}"))
+            ) from None
+
+
+def _scrubbed(ctx: click.Context, message: str) -> str:
+    return ctx.obj.scrub(message) if isinstance(ctx.obj, Context) else message
 
 
 def when(timestamp: float | None) -> str:

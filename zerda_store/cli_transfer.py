@@ -12,7 +12,6 @@ from tqdm import tqdm
 
 from . import migrate
 from .cli_common import Context, require_session, session_option
-from .engine import Store
 from .transfer import ExportFile, write_session, write_session_file
 from .validation import checked_session_id
 
@@ -108,7 +107,7 @@ def copy(obj: Context, destination: str, session_id: str | None) -> None:
     ids = [session_id] if session_id else [s.session_id for s in source.sessions()]
     if session_id:
         require_session(obj, session_id)
-    with Store(destination) as target_store:
+    with obj.open_store(destination) as target_store:
         migrate.ensure_schema(target_store, auto_migrate=None)
         report = source.copy_to(
             target_store,

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection, Dialect, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Dialect, Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from . import unit_of_work
@@ -33,6 +33,7 @@ from .errors import (
     StoreError,
 )
 from .unit_of_work import SessionLock, Transaction
+from .urls import parse_url, safe_url, scrub, secret_query, with_password_from_query
 
 __all__ = [
     "DATABASE_URL_ENV",
@@ -82,13 +83,15 @@ _NO_PING: ContextVar[bool] = ContextVar("zerda_store_no_ping", default=False)
 def resolve_url(database_url: str | URL | None = None) -> URL:
     """The URL to use: the argument, else ``ZERDA_STORE_DATABASE_URL``, else the SQLite file.
 
-    ``postgresql://`` and ``postgres://`` URLs are mapped to the psycopg 3 driver.
+    ``postgresql://`` and ``postgres://`` URLs are mapped to the psycopg 3 driver. A password
+    may hold unencoded ``@`` signs, or come as ``?password=`` (it then becomes the URL's
+    password, which is never shown).
     """
     raw = database_url or os.environ.get(DATABASE_URL_ENV) or DEFAULT_DATABASE_URL
     if isinstance(raw, str) and raw.startswith("postgres://"):
         raw = "postgresql://" + raw[len("postgres://") :]
     try:
-        url = make_url(raw)
+        url = parse_url(raw) if isinstance(raw, str) else raw
         url.port  # noqa: B018  (a port that is not a number is found here, not later)
     except (ArgumentError, ValueError):
         raise StoreError(
@@ -97,12 +100,9 @@ def resolve_url(database_url: str | URL | None = None) -> URL:
         ) from None
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
+    if url.get_backend_name() == "postgresql":
+        url = with_password_from_query(url)
     return url
-
-
-def safe_url(url: URL) -> str:
-    """The URL as text with any password masked, for messages and logs."""
-    return url.render_as_string(hide_password=True)
 
 
 def _check_supported(url: URL) -> None:
@@ -145,6 +145,11 @@ def create_store_engine(
         "keepalives_interval": 5,
         "keepalives_count": 3,
     }
+    # Secrets of the query (sslpassword=...) go to the driver beside the URL, not in it:
+    # SQLAlchemy shows an engine's URL, query and all, in its repr and logs.
+    secrets = secret_query(url)
+    connect_args.update(secrets)
+    url = url.difference_update_query(secrets)
     engine = sa.create_engine(url, pool_recycle=1800, connect_args=connect_args)
     _ping_on_checkout(engine)
     # A session setting rather than a startup option: the URL's options, PGOPTIONS and
@@ -220,6 +225,13 @@ def _switch_to_wal(cursor: Any) -> None:
             time.sleep(0.05)
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of a driver error (SQLAlchemy's wrapper adds the statement and a
+    link), as it came, secrets and all: pass it through :func:`scrub` before showing it."""
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return detail[0] if detail else type(exc).__name__
+
+
 class Store:
     """One engine (one connection pool) and one set of compiled statements that many
     memories can share.
@@ -252,8 +264,8 @@ class Store:
             )
         except (ArgumentError, ImportError, ValueError) as exc:
             raise StoreError(
-                f"cannot use the database URL {safe_url(self.url)}: {exc}; "
-                "zerda_store runs on sqlite:/// and postgresql:// URLs"
+                f"cannot use the database URL {safe_url(self.url)}: "
+                f"{scrub(str(exc), self.url)}; zerda_store runs on sqlite:/// and postgresql:// URLs"
             ) from None
         self.dialect = self.engine.dialect.name
         event.listen(self.engine, "engine_disposed", self._drop_kept)
@@ -372,12 +384,8 @@ class Store:
             connection.invalidate()
 
     def describe(self, exc: BaseException) -> str:
-        """The first line of a driver error, with this store's password masked."""
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        reason = detail[0] if detail else type(exc).__name__
-        if self.url.password:
-            reason = reason.replace(str(self.url.password), "***")
-        return reason
+        """The first line of a driver error, with every form of this store's secrets masked."""
+        return scrub(first_line(exc), self.url)
 
     def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
         """The error to raise when the database cannot be reached."""
@@ -399,6 +407,7 @@ class Store:
 
     @property
     def safe_url(self) -> str:
+        """This store's URL as messages show it, with every secret masked."""
         return safe_url(self.url)
 
     def lock_timeout_error(self, exc: BaseException) -> LockTimeoutError:

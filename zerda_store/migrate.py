@@ -132,13 +132,14 @@ def ensure_schema(store: Store, auto_migrate: bool | None) -> None:
         current = current_revision(store)
         if current is not None and current not in known_revisions():
             raise SchemaNotCurrentError(
-                f"the database schema is at revision {current}, which this version of "
-                "zerda_store does not know: it was migrated by a newer version"
+                f"the database schema of {store.safe_url} is at revision {current}, which this "
+                "version of zerda_store does not know: it was migrated by a newer version"
             )
         if current != head_revision():
             if not auto_migrate:
                 raise SchemaNotCurrentError(
-                    f"the database schema is at revision {current or 'none (empty database)'}, "
+                    f"the database schema of {store.safe_url} is at revision "
+                    f"{current or 'none (empty database)'}, "
                     f"this version of zerda_store needs {head_revision()}: run "
                     "`zerda-store db upgrade` (or `alembic upgrade head`) against it first"
                 )
