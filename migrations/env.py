@@ -45,8 +45,12 @@ def run_from_command_line() -> None:
     if config.config_file_name is not None:
         fileConfig(config.config_file_name, disable_existing_loggers=False)
     url = context.get_x_argument(as_dictionary=True).get("url")
-    with Store(url) as store, migrate.locked_connection(store) as connection:
-        run_migrations(connection)
+    with Store(url) as store:
+        creating = migrate.current_revision(store) is None
+        with migrate.locked_connection(store) as connection:
+            run_migrations(connection)
+        if creating and store.dialect == "sqlite" and migrate.current_revision(store):
+            migrate.switch_to_wal(store)  # as `zerda-store db upgrade` does when it creates
 
 
 if context.is_offline_mode():

@@ -47,18 +47,34 @@ def print_text(text: str) -> None:
 
 
 class Context:
-    """What every command shares: the URL, and a store opened on first use."""
+    """What every command shares: the URL and options, and a store opened on first use.
 
-    def __init__(self, database_url: str | None) -> None:
+    Reading commands open the store read-only and never create or migrate a database;
+    commands that change an existing memory need a zerda_store database there (a SQLite
+    one behind head upgrades itself, as the Python API's does); only the commands that
+    bring data in (``db upgrade``, ``import``, ``copy``'s destination, ``demo``) create one.
+    """
+
+    def __init__(
+        self, database_url: str | None, *, read_only: bool = False, schema: str | None = None
+    ) -> None:
         self.database_url = database_url
+        self.read_only = read_only
+        self.schema = schema
         self._store: Store | None = None
         self._urls: list[URL] = []
 
+    def open(self, *, reading: bool) -> Store:
+        if self._store is None:
+            self._store = Store(
+                self.database_url, read_only=self.read_only or reading, schema=self.schema
+            )
+        return self._store
+
     @property
     def store(self) -> Store:
-        if self._store is None:
-            self._store = self.open_store(self.database_url)
-        return self._store
+        """The store for the commands that may create the schema (read-only with --read-only)."""
+        return self.open(reading=False)
 
     def open_store(self, database_url: str | None) -> Store:
         """A store on ``database_url``, whose secrets :meth:`scrub` then masks (the caller
@@ -77,18 +93,38 @@ class Context:
             text = scrub(text, url)
         return text
 
-    def memory(self, session_id: str) -> ConversationEntityMemory:
-        return ConversationEntityMemory(store=self.store, session_id=session_id)
+    def reading_store(self) -> Store:
+        """A read-only store on a zerda_store database at head."""
+        store = self.open(reading=True)
+        migrate.ensure_schema(store, auto_migrate=False, create=False)
+        return store
 
-    def memory_knowing(self, session_id: str, name: str) -> ConversationEntityMemory:
+    def changing_store(self) -> Store:
+        """A store on an existing zerda_store database, for changing what it holds."""
+        store = self.open(reading=False)
+        store.require_file()
+        migrate.ensure_schema(store, auto_migrate=None, create=False)
+        return store
+
+    def reader(self) -> AdminRepository:
+        return AdminRepository(self.reading_store())
+
+    def memory(self, session_id: str) -> ConversationEntityMemory:
+        """A memory on the session for reading it."""
+        return ConversationEntityMemory(store=self.reading_store(), session_id=session_id)
+
+    def memory_knowing(
+        self, session_id: str, name: str, *, reading: bool = True
+    ) -> ConversationEntityMemory:
         """The session's memory, in the session's own key mode, in which NAME is an entity."""
-        migrate.ensure_schema(self.store, auto_migrate=None)
-        memory = ConversationEntityMemory.for_session(self.store, session_id)
+        store = self.reading_store() if reading else self.changing_store()
+        memory = ConversationEntityMemory.for_session(store, session_id)
         if name not in memory.entity_store:
             raise LookupError(f"no entity {name!r} in session {session_id!r}")
         return memory
 
     def repository(self) -> AdminRepository:
+        """The operators' queries on a database that may be created or migrated first."""
         migrate.ensure_schema(self.store, auto_migrate=None)
         return AdminRepository(self.store)
 
@@ -152,5 +188,5 @@ session_option = click.option("--session", "session_id", required=True, help="Th
 
 
 def require_session(obj: Context, session_id: str) -> None:
-    if not obj.repository().session_exists(session_id):
+    if not obj.reader().session_exists(session_id):
         raise LookupError(f"no session {session_id!r} in this database")

@@ -32,7 +32,7 @@ def export_command(obj: Context, session_id: str, output: str) -> None:
     with a line of counts and a checksum that `import` requires."""
     require_session(obj, session_id)
     records = tqdm(
-        obj.repository().export_session(session_id),
+        obj.reader().export_session(session_id),
         desc="export",
         unit=" rows",
         disable=None,
@@ -103,7 +103,7 @@ def copy(obj: Context, destination: str, session_id: str | None) -> None:
     Sessions that already hold data there are skipped, so an interrupted copy can be run
     again to finish it.
     """
-    source = obj.repository()
+    source = obj.reader()
     ids = [session_id] if session_id else [s.session_id for s in source.sessions()]
     if session_id:
         require_session(obj, session_id)

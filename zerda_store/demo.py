@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .engine import Store
 from .memory import ConversationEntityMemory
 
 DEMO_SESSION = "demo"
@@ -38,9 +39,10 @@ class NameSpottingLLM:
         return ", ".join(name for _, name in found)
 
 
-def run_demo(database_url: str | None, echo: Callable[[str], None] = print) -> None:
+def run_demo(store: Store, echo: Callable[[str], None] = print) -> None:
+    """Run the demo conversation on ``store`` (its schema created or upgraded if needed)."""
     with ConversationEntityMemory(
-        NameSpottingLLM(), database_url=database_url, session_id=DEMO_SESSION
+        NameSpottingLLM(), store=store, session_id=DEMO_SESSION
     ) as memory:
         earlier = len(memory.chat_memory)
         if earlier:

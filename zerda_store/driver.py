@@ -335,3 +335,17 @@ def is_lock_timeout(dialect: Dialect, error: BaseException) -> bool:
         return False
     code = getattr(error, "sqlite_errorcode", None)
     return code == _SQLITE_BUSY or (code is None and "database is locked" in str(error))
+
+
+# SQLite's primary code for a write the file or connection does not allow.
+_SQLITE_READONLY = 8
+# Postgres's SQLSTATE for a write in a read-only transaction.
+_PG_READ_ONLY_TRANSACTION = "25006"
+
+
+def is_read_only_refusal(dialect: Dialect, error: BaseException) -> bool:
+    """True when the database refused a write because the connection or file is read-only."""
+    if dialect.name == "postgresql":
+        return getattr(error, "sqlstate", None) == _PG_READ_ONLY_TRANSACTION
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(error, sqlite3.Error) and code is not None and code & 0xFF == _SQLITE_READONLY

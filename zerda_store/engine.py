@@ -1,9 +1,15 @@
 """Database URLs, engines with the right connection settings, and the shared :class:`Store`.
 
-SQLite gets WAL, durable commits, a busy timeout, foreign keys, and write transactions that
+SQLite gets durable commits, a busy timeout, foreign keys, and write transactions that
 begin IMMEDIATE (a deferred read-then-write transaction cannot wait for a concurrent writer
-and fails with "database is locked"). Postgres goes through psycopg 3 with pre-ping and a
-connect timeout, so a dead server fails in seconds instead of hanging.
+and fails with "database is locked"); WAL is switched on where the schema is created
+(:mod:`migrate`), never on a file merely opened. Postgres goes through psycopg 3 with pre-ping
+and a connect timeout, so a dead server fails in seconds instead of hanging.
+
+A store opened with ``read_only=True`` never writes: SQLite opens the file with ``mode=ro``
+(and, in a folder where SQLite cannot create the ``-shm`` file a WAL database needs, with
+``immutable=1`` when no ``-wal`` file holds changes); Postgres sessions run with
+``default_transaction_read_only``.
 """
 
 from __future__ import annotations
@@ -11,12 +17,14 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 import sqlalchemy as sa
@@ -29,6 +37,7 @@ from .errors import (
     CommitOutcomeUnknownError,
     DatabaseUnavailableError,
     LockTimeoutError,
+    ReadOnlyStoreError,
     SchemaNotCurrentError,
     StoreError,
 )
@@ -41,6 +50,7 @@ __all__ = [
     "CommitOutcomeUnknownError",
     "DatabaseUnavailableError",
     "LockTimeoutError",
+    "ReadOnlyStoreError",
     "SchemaNotCurrentError",
     "Store",
     "StoreError",
@@ -58,6 +68,14 @@ CONNECT_TIMEOUT_SECONDS = 5
 DEFAULT_LOCK_TIMEOUT = 5.0
 SQLITE_BUSY_TIMEOUT_MS = int(DEFAULT_LOCK_TIMEOUT * 1000)
 MIN_SQLITE_VERSION = (3, 35, 0)
+# SQLite's extended result code when a read-only connection cannot create the -shm file of a
+# WAL database because the folder is not writable (and no -wal file is there).
+SQLITE_READONLY_DIRECTORY = 1544
+# Marks (in the pool's record of a connection) a SQLite connection opened immutable=1.
+IMMUTABLE = "zerda_store_immutable"
+# A Postgres schema chosen with ``schema=``: a plain lower-case identifier, so that it goes
+# into search_path without quoting.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 Durability = Literal["full", "normal"]
 T = TypeVar("T")
@@ -129,13 +147,28 @@ def _check_supported(url: URL) -> None:
 
 
 def create_store_engine(
-    url: URL, *, durability: Durability = "full", lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    url: URL,
+    *,
+    durability: Durability = "full",
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    read_only: bool = False,
+    schema: str | None = None,
 ) -> Engine:
     """An engine configured for zerda_store's transactions on SQLite or Postgres; no
-    statement waits more than ``lock_timeout`` seconds for a lock."""
+    statement waits more than ``lock_timeout`` seconds for a lock. ``read_only`` opens
+    connections that cannot write; ``schema`` (Postgres) is put first on the search_path."""
     _check_supported(url)
     if url.get_backend_name() == "sqlite":
-        return _sqlite_engine(url, durability, lock_timeout)
+        if schema is not None:
+            raise StoreError("schema= applies to Postgres only: a SQLite file has no schemas")
+        return _sqlite_engine(url, durability, lock_timeout, read_only)
+    # Session settings rather than startup options: the URL's options, PGOPTIONS and
+    # poolers that refuse startup options (PgBouncer) are left alone.
+    settings = [f"SET lock_timeout = {_milliseconds(lock_timeout)}"]
+    if read_only:
+        settings.append("SET default_transaction_read_only = on")
+    if schema is not None:
+        settings.append(f"SET search_path = {checked_schema(schema)}")
     connect_args: dict[str, Any] = {
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
         # A peer that vanishes mid-statement is noticed in about half a minute, not after
@@ -152,14 +185,12 @@ def create_store_engine(
     url = url.difference_update_query(secrets)
     engine = sa.create_engine(url, pool_recycle=1800, connect_args=connect_args)
     _ping_on_checkout(engine)
-    # A session setting rather than a startup option: the URL's options, PGOPTIONS and
-    # poolers that refuse startup options (PgBouncer) are left alone.
-    lock_timeout_ms = _milliseconds(lock_timeout)
 
     @event.listens_for(engine, "connect")
-    def _set_lock_timeout(dbapi_connection: Any, _record: Any) -> None:
+    def _apply_settings(dbapi_connection: Any, _record: Any) -> None:
         with dbapi_connection.cursor() as cursor:
-            cursor.execute(f"SET lock_timeout = {lock_timeout_ms}")
+            for setting in settings:
+                cursor.execute(setting)
         dbapi_connection.commit()
 
     return engine
@@ -168,6 +199,15 @@ def create_store_engine(
 def _milliseconds(seconds: float) -> int:
     """Whole milliseconds, at least 1 (0 would mean "wait forever" to Postgres)."""
     return max(1, math.ceil(seconds * 1000))
+
+
+def checked_schema(schema: str) -> str:
+    """``schema`` if it is a plain lower-case Postgres identifier, else a ValueError."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(
+            f"schema must be a lower-case Postgres identifier (letters, digits, _), got {schema!r}"
+        )
+    return schema
 
 
 def _ping_on_checkout(engine: Engine) -> None:
@@ -184,10 +224,34 @@ def _ping_on_checkout(engine: Engine) -> None:
             raise sa.exc.DisconnectionError() from exc  # the pool takes another connection
 
 
-def _sqlite_engine(url: URL, durability: Durability, lock_timeout: float) -> Engine:
+def _sqlite_engine(
+    url: URL, durability: Durability, lock_timeout: float, read_only: bool
+) -> Engine:
     synchronous = {"full": "FULL", "normal": "NORMAL"}[durability]
     busy_timeout_ms = _milliseconds(lock_timeout)
     engine = sa.create_engine(url, connect_args={"timeout": lock_timeout})
+
+    if read_only:
+        if url.query.get("uri"):
+            raise StoreError(
+                "read_only= takes a plain sqlite:///PATH URL, not a file: URI "
+                "(with a URI, put mode=ro in it yourself)"
+            )
+        path = Path(str(url.database)).absolute()
+
+        @event.listens_for(engine, "do_connect")
+        def _open(dialect: Dialect, record: Any, _cargs: Any, cparams: dict[str, Any]) -> Any:
+            connection, record.info[IMMUTABLE] = _open_read_only(
+                dialect.loaded_dbapi, path, cparams
+            )
+            return connection
+
+        @event.listens_for(engine, "checkin")
+        def _once(_dbapi_connection: Any, record: Any) -> None:
+            # An immutable connection would never see a writer that starts later: each
+            # checkout opens (and probes) a new one.
+            if record.info.get(IMMUTABLE):
+                record.invalidate()
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
@@ -195,7 +259,6 @@ def _sqlite_engine(url: URL, durability: Durability, lock_timeout: float) -> Eng
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        _switch_to_wal(cursor)
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
@@ -209,20 +272,37 @@ def _sqlite_engine(url: URL, durability: Durability, lock_timeout: float) -> Eng
     return engine
 
 
-def _switch_to_wal(cursor: Any) -> None:
-    """WAL is a property of the file: switch once, not on every connection. The switch
-    needs a lock that SQLite does not wait for, so a process that opens a new file while
-    another is switching or migrating it tries again for a while."""
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-    while True:
-        try:
-            if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+def _open_read_only(dbapi: Any, path: Path, cparams: dict[str, Any]) -> tuple[Any, bool]:
+    """A connection to ``path`` that cannot write and creates no file but, for a WAL
+    database, the ``-shm`` and ``-wal`` files SQLite needs to read it; and whether it was
+    opened ``immutable=1``.
+
+    Where the folder is not writable and the file has no ``-shm``, ``mode=ro`` cannot read a
+    WAL database (SQLite needs to create the ``-shm``). With no ``-wal`` file either, every
+    committed change is in the main file, so it is opened ``immutable=1`` instead: SQLite
+    then reads it without locks or a ``-shm``. A ``-wal`` file without its ``-shm`` holds
+    changes that only a writable folder lets SQLite read: that is refused, not read stale.
+    An immutable connection takes no locks and does not notice a writer that starts while
+    it is open, so it serves one unit of work or query only.
+    """
+    options = {key: value for key, value in cparams.items() if key != "uri"}
+    connection = dbapi.connect(f"{path.as_uri()}?mode=ro", uri=True, **options)
+    try:
+        connection.execute("PRAGMA schema_version")  # reads the file: WAL needs the -shm here
+        return connection, False
+    except sqlite3.OperationalError as exc:
+        connection.close()
+        if getattr(exc, "sqlite_errorcode", None) == SQLITE_READONLY_DIRECTORY:
+            logger.info("reading %s as immutable: its folder is read-only", path)
+            immutable = f"{path.as_uri()}?mode=ro&immutable=1"
+            return dbapi.connect(immutable, uri=True, **options), True
+        if Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists():
+            raise sqlite3.OperationalError(
+                f"{exc}: it has a -wal file of changes not yet in the main file but no -shm "
+                "file, which SQLite cannot create in a read-only folder; open it once where "
+                "you can write (that folds the -wal file in), or copy the files elsewhere"
+            ) from exc
+        raise
 
 
 def first_line(exc: BaseException) -> str:
@@ -239,6 +319,12 @@ class Store:
     ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
     connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
     a context manager or call :meth:`close`; closing never deletes data.
+
+    ``read_only=True`` opens the database for reading only: it is never created, migrated
+    or written (a SQLite file that is not there is a :class:`DatabaseUnavailableError`, a
+    write a :class:`ReadOnlyStoreError`). ``schema`` (Postgres) names the schema that holds
+    zerda_store's tables (it goes first on the connections' search_path; ``db upgrade``
+    creates it if needed).
     """
 
     def __init__(
@@ -247,6 +333,8 @@ class Store:
         *,
         durability: Durability = "full",
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        read_only: bool = False,
+        schema: str | None = None,
     ):
         if not lock_timeout > 0:
             raise ValueError(
@@ -254,13 +342,19 @@ class Store:
             )
         self.url = resolve_url(database_url)
         self.lock_timeout = float(lock_timeout)
+        self.read_only = read_only
+        self.schema = checked_schema(schema) if schema is not None else None
         self._statements: dict[Callable[[Dialect], Any], Any] = {}
         self._statements_lock = threading.Lock()
         self._idle: list[tuple[Any, float]] = []
         self._pid = os.getpid()
         try:
             self.engine = create_store_engine(
-                self.url, durability=durability, lock_timeout=self.lock_timeout
+                self.url,
+                durability=durability,
+                lock_timeout=self.lock_timeout,
+                read_only=read_only,
+                schema=self.schema,
             )
         except (ArgumentError, ImportError, ValueError) as exc:
             raise StoreError(
@@ -268,6 +362,8 @@ class Store:
                 f"{scrub(str(exc), self.url)}; zerda_store runs on sqlite:/// and postgresql:// URLs"
             ) from None
         self.dialect = self.engine.dialect.name
+        if read_only:
+            self.require_file()
         event.listen(self.engine, "engine_disposed", self._drop_kept)
         self.schema_checked = False
         self.schema_lock = threading.Lock()
@@ -275,6 +371,26 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({safe_url(self.url)!r})"
+
+    @property
+    def location(self) -> str:
+        """Where the database is, for messages: the SQLite file's path, else the URL
+        without its password."""
+        return str(self.url.database) if self.dialect == "sqlite" else safe_url(self.url)
+
+    def require_file(self) -> None:
+        """Raise :class:`DatabaseUnavailableError` if this is a SQLite file that is not
+        there (opening it would create an empty database)."""
+        if self.dialect == "sqlite" and not Path(str(self.url.database)).is_file():
+            raise DatabaseUnavailableError(f"no database file at {self.url.database}")
+
+    def check_writable(self) -> None:
+        """Raise :class:`ReadOnlyStoreError` if this store was opened read-only."""
+        if self.read_only:
+            raise ReadOnlyStoreError(
+                f"{self.location} is open read-only: nothing was written "
+                "(open it without read_only / --read-only to change it)"
+            )
 
     def __enter__(self) -> Store:
         return self
@@ -318,6 +434,7 @@ class Store:
 
     def write(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
         """Run ``work`` as one write transaction (:func:`unit_of_work.write`)."""
+        self.check_writable()
         return unit_of_work.write(self, work, lock)
 
     def read(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
@@ -347,6 +464,7 @@ class Store:
         """Keep a connection a unit of work left with no transaction open for the next one
         (skipping the pool's checkin, reset and checkout, a fifth of a recall's time on
         SQLite); otherwise return it to the pool, which rolls back what is left open."""
+        reusable = reusable and not connection.info.get(IMMUTABLE)
         if reusable and not self.closed and len(self._idle) < KEPT_CONNECTIONS:
             self._idle.append((connection, time.monotonic()))
             if self.closed:  # closed meanwhile

@@ -20,6 +20,16 @@ class SchemaNotCurrentError(StoreError):
     """The database schema is not at the revision this version of zerda_store needs."""
 
 
+class NotAStoreDatabaseError(SchemaNotCurrentError):
+    """The database holds no zerda_store schema: it is empty, holds another application's
+    tables, or (Postgres) has zerda_store's tables in a schema the connection does not use."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write through a store opened with ``read_only=True`` (or on a database that refuses
+    writes); nothing was written."""
+
+
 class LockTimeoutError(StoreError):
     """A statement waited longer than the store's ``lock_timeout`` for a lock that another
     connection holds (a long transaction, or a forgotten ``psql`` session); nothing of the

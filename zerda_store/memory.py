@@ -182,6 +182,7 @@ class ConversationEntityMemory:
     # -- the original API ---------------------------------------------------------------
 
     def _turn(self, inputs: object, outputs: object, idempotency_key: str | None) -> NewTurn:
+        self.store.check_writable()  # before extraction: no model call for a refused write
         input_text = mapping_text(inputs, self.input_key, "inputs")
         output_text = mapping_text(outputs, self.output_key, "outputs")
         result = self._extract(turn_text(input_text, output_text))
@@ -292,6 +293,7 @@ class ConversationEntityMemory:
         """Run extraction again for this session's turns whose extraction failed, and
         attach their snippets as if it had worked the first time. Running it twice adds
         nothing twice. Returns ``{"repaired": n, "failed": m}`` (m still failing)."""
+        self.store.check_writable()
         counts = {"repaired": 0, "failed": 0}
         for turn in self._ledger.failed_turns(self.session_id):
             result = self._extract(turn.text)

@@ -23,8 +23,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
-from .driver import CompiledStatement, Cursor, Runnable, compile_statement, is_lock_timeout
-from .errors import CommitOutcomeUnknownError
+from .driver import (
+    CompiledStatement,
+    Cursor,
+    Runnable,
+    compile_statement,
+    is_lock_timeout,
+    is_read_only_refusal,
+)
+from .errors import CommitOutcomeUnknownError, ReadOnlyStoreError
 
 if TYPE_CHECKING:
     from .engine import Store
@@ -146,6 +153,10 @@ def _with_retries(
         except DBAPIError as exc:
             if exc.orig is not None and is_lock_timeout(store.engine.dialect, exc.orig):
                 raise store.lock_timeout_error(exc) from None
+            if exc.orig is not None and is_read_only_refusal(store.engine.dialect, exc.orig):
+                raise ReadOnlyStoreError(
+                    f"{store.location} refuses writes ({store.describe(exc)}): nothing was written"
+                ) from None
             if number == WRITE_ATTEMPTS or not retryable(exc):
                 raise
             logger.warning("running a unit of work again after %s", type(exc.orig).__name__)

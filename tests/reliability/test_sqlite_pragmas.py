@@ -3,8 +3,12 @@ busy timeout, write transactions begun IMMEDIATE, and reads that a writer does n
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from tests.reliability.helpers import NamesExtractor, inspect_database, table_counts
-from zerda_store import ConversationEntityMemory, Store
+from zerda_store import ConversationEntityMemory, Store, StoreError
 
 
 @pytest.fixture
@@ -59,6 +63,52 @@ def test_the_file_itself_stays_in_wal_mode(
         assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
         plain.close()
+
+
+def _rollback_journal_file(path: str) -> None:
+    """Another application's file, in SQLite's default rollback-journal mode."""
+    plain = sqlite3.connect(path)
+    try:
+        plain.execute("CREATE TABLE notes (body TEXT)")
+        plain.commit()
+    finally:
+        plain.close()
+
+
+def _journal_mode(path: str) -> str:
+    plain = sqlite3.connect(path)
+    try:
+        return str(plain.execute("PRAGMA journal_mode").fetchone()[0])
+    finally:
+        plain.close()
+
+
+def test_opening_a_file_leaves_its_journal_mode_alone(sqlite_url: str) -> None:
+    """WAL is switched on where zerda_store's schema is created, not on any file opened."""
+    path = sa.make_url(sqlite_url).database
+    assert path is not None
+    _rollback_journal_file(path)
+    with Store(sqlite_url) as store, store.connect() as connection:
+        assert connection.exec_driver_sql("SELECT COUNT(*) FROM notes").scalar() == 0
+    with pytest.raises(StoreError, match="not a zerda_store database"):
+        ConversationEntityMemory(database_url=sqlite_url, auto_migrate=False)
+    assert _journal_mode(path) == "delete"
+
+
+def test_creating_the_schema_with_plain_alembic_switches_the_file_to_wal(tmp_path: Path) -> None:
+    path = tmp_path / "plain.db"
+    root = Path(__file__).resolve().parents[2]
+    alembic = [sys.executable, "-m", "alembic", "-c", str(root / "alembic.ini")]
+    done = subprocess.run(
+        [*alembic, "-x", f"url=sqlite:///{path}", "upgrade", "head"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert _journal_mode(str(path)) == "wal"
 
 
 WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
