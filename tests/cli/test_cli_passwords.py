@@ -112,7 +112,7 @@ def test_an_unusable_url(form: Form, given: str) -> None:
 @pytest.mark.postgres
 def test_a_schema_behind(form: Form, given: str, empty_secret_database: RoleDatabase) -> None:
     line = error_line(run(empty_secret_database.url(), given, "sessions"), form)
-    assert f"schema of {masked(empty_secret_database)} is at revision none" in line
+    assert f"{masked(empty_secret_database)} is not a zerda_store database (it is empty)" in line
     assert "zerda-store db upgrade" in line
 
 
@@ -193,7 +193,7 @@ def test_copy_to_a_database_without_the_schema(
     form: Form, source: str, empty_secret_database: RoleDatabase
 ) -> None:
     line = error_line(copy_to(source, empty_secret_database.url()), form)
-    assert f"schema of {masked(empty_secret_database)} is at revision none" in line
+    assert f"{masked(empty_secret_database)} is not a zerda_store database (it is empty)" in line
 
 
 def test_copy_to_an_unusable_url(form: Form, source: str) -> None:

@@ -160,7 +160,9 @@ def test_a_schema_behind_names_the_database_without_the_password(
 ) -> None:
     with pytest.raises(SchemaNotCurrentError) as raised:
         ConversationEntityMemory(database_url=empty_secret_database.url())
-    assert f"schema of {masked(empty_secret_database)} is at revision none" in str(raised.value)
+    assert f"{masked(empty_secret_database)} is not a zerda_store database (it is empty)" in str(
+        raised.value
+    )
     assert "zerda-store db upgrade" in str(raised.value)
     assert_nothing_shown(raised.value, logs, form)
 
