@@ -123,6 +123,10 @@ class _SessionWriter:
         self._inserts = (turn_insert, entity_upsert, context_insert, outcome_insert)
         self._turn_ids: dict[int, int] = {}
         self._entity_ids: dict[int, int] = {}
+        # When the file's turns were saved and its entities last seen: a snippet's creation
+        # time is its turn's (a note's, its entity's last_seen), as revision 0005 backfills.
+        self._turn_times: dict[int, float] = {}
+        self._entity_times: dict[int, float] = {}
         self._seq: _SequenceMap | None = None
         self.counts = {"turns": 0, "entities": 0, "contexts": 0}
 
@@ -159,6 +163,7 @@ class _SessionWriter:
         new_ids = sorted(int(row.id) for row in inserted)
         mapped = dict(zip((r["id"] for r in records), new_ids, strict=True))
         self._turn_ids.update(mapped)
+        self._turn_times.update((r["id"], r["created_at"]) for r in records)
         outcomes = [_outcome_row(session_id, mapped[r["id"]], r) for r in records]
         self._run(outcome_insert, outcomes)
         self.counts["turns"] += len(records)
@@ -173,6 +178,7 @@ class _SessionWriter:
         )
         ids = {row.name_key: int(row.id) for row in self._run(self._inserts[1], rows)}
         self._entity_ids.update((r["id"], ids[r["name_key"]]) for r in records)
+        self._entity_times.update((r["id"], r["last_seen"]) for r in records)
         self.counts["entities"] += len(records)
 
     def _write_contexts(self, records: list[dict[str, Any]]) -> None:
@@ -184,11 +190,17 @@ class _SessionWriter:
                 turn_id=self._turn_ids[r["turn_id"]] if r["turn_id"] is not None else None,
                 turn_seq=seq.map(r["turn_seq"]),
                 text=r["text"],
+                created_at=self._snippet_time(r),
             )
             for r in sorted(records, key=lambda r: (r["turn_seq"], r["id"]))
         ]
         self._run(self._inserts[2], rows)
         self.counts["contexts"] += len(records)
+
+    def _snippet_time(self, r: dict[str, Any]) -> float:
+        if r["turn_id"] is not None:
+            return self._turn_times[r["turn_id"]]
+        return self._entity_times[r["entity_id"]]
 
 
 def _used_key_message(session_id: str, records: list[dict[str, Any]], inserted: list[Any]) -> str:

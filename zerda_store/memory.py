@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -27,6 +28,7 @@ from .extraction import (
 )
 from .ledger import Ledger
 from .names import UNKNOWN_TYPE, name_key
+from .pruning import Pruner
 from .records import (
     EntityRecord,
     ForgetReceipt,
@@ -36,6 +38,8 @@ from .records import (
     turn_text,
 )
 from .repository import Repository
+from .retention import Policies, PolicyCache, Visibility, describe, make_rule
+from .schema import ANY_SCOPE
 from .validation import (
     MAX_IDEMPOTENCY_KEY_LENGTH,
     checked_identifier,
@@ -109,6 +113,8 @@ class ConversationEntityMemory:
         self._repository = Repository(self.store)
         self._erasure = Erasure(self.store)
         self._ledger = Ledger(self.store)
+        self._policies = Policies(self.store)
+        self._policy = PolicyCache(self._policies, self.session_id)
         self.entity_store: Mapping[str, Entity] = EntityStoreView(self)
         self.chat_memory: Sequence[dict[str, Any]] = ChatMemoryView(self)
 
@@ -131,6 +137,66 @@ class ConversationEntityMemory:
             for entity in repository.iter_entities(checked_session_id(session_id))
         )
         return cls(store=store, session_id=session_id, normalize_names=normalized, **options)
+
+    # -- retention ------------------------------------------------------------------------
+
+    def _visible(self) -> Visibility | None:
+        """What reads may show now under the session's policy; None without one (reads
+        are then the plain ones). The policy is cached (``POLICY_CACHE_SECONDS``)."""
+        policy = self._policy.get()
+        if policy is None:
+            return None
+        return self._policies.visibility(self.session_id, policy, self._now())
+
+    def _expire_if_idle(self) -> None:
+        """Before a save: a session idle past its ``session_idle`` is pruned first, so the
+        new turn does not bring what expired back into view."""
+        policy = self._policy.get()
+        if policy is None or policy.general.session_idle is None:
+            return
+        if self._policies.visibility(self.session_id, policy, self._now()).idle_expired:
+            self._pruner().prune(self.session_id)
+
+    def _pruner(self) -> Pruner:
+        return Pruner(self.store, now=self._now)
+
+    def set_retention(
+        self,
+        keep_last: int | None = None,
+        max_age: timedelta | float | None = None,
+        session_idle: timedelta | float | None = None,
+        *,
+        entity_type: str | None = None,
+    ) -> None:
+        """Set this session's retention rule (for every entity type, or for one): keep the
+        last ``keep_last`` snippets per entity, drop snippets (and, for every type, turns)
+        older than ``max_age``, expire the whole session idle for ``session_idle``
+        (timedelta or seconds). Replaces the rule of the same scope; reads hide what it
+        expires at once, :meth:`prune` deletes it."""
+        rule = make_rule(keep_last, max_age, session_idle)
+        scope_type = ANY_SCOPE if entity_type is None else checked_text(entity_type, "entity_type")
+        self._policies.set(self.session_id, scope_type, rule, self._now())
+        self._policy.forget()
+
+    def get_retention(self) -> dict[str, Any]:
+        """The policy in effect for this session: ``source`` is "session", "default" or
+        None; durations in seconds."""
+        return describe(self._policies.effective(self.session_id), self.session_id)
+
+    def clear_retention(self, *, entity_type: str | None = None) -> int:
+        """Delete this session's own rules (or one entity type's); the default, if any,
+        applies again. Returns how many rules were deleted."""
+        scope_type = None if entity_type is None else checked_text(entity_type, "entity_type")
+        deleted = self._policies.clear(self.session_id, scope_type)
+        self._policy.forget()
+        return deleted
+
+    def prune(self, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete what this session's policy expired, in batches of at most 1,000 rows,
+        each its own short transaction; ``dry_run`` only counts. Returns the counts of
+        ``sessions``, ``turns``, ``snippets`` and ``entities`` deleted. Safe to run again
+        after an interruption: it finishes the job."""
+        return self._pruner().prune(self.session_id, dry_run=dry_run).as_dict()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -214,12 +280,15 @@ class ConversationEntityMemory:
             mapping_text(outputs, self.output_key, "outputs")
             if self._repository.has_turn(self.session_id, idempotency_key):
                 return
+        self._expire_if_idle()
         self._repository.save_turn(self.session_id, self._turn(inputs, outputs, idempotency_key))
 
     def save_contexts(self, pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> int:
         """Store many turns in one transaction, as a ``save_context`` loop would; returns
         how many. Nothing is stored if any pair is refused."""
         new_turns = [self._turn(inputs, outputs, None) for inputs, outputs in pairs]
+        if new_turns:
+            self._expire_if_idle()
         return len(self._repository.save_turns(self.session_id, new_turns))
 
     def load_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -227,7 +296,7 @@ class ConversationEntityMemory:
         input_text = mapping_text(inputs, self.input_key, "inputs")
         mentions = self._mentions(self._extract(input_text))
         recalled = self._repository.recall(
-            self.session_id, [mention.key for mention in mentions], RECALL_LIMIT
+            self.session_id, [mention.key for mention in mentions], RECALL_LIMIT, self._visible()
         )
         blocks = [
             self.entity_info_template.format(name=entity.name) + "\n" + "\n".join(snippets)
@@ -241,7 +310,7 @@ class ConversationEntityMemory:
         self._erasure.clear(self.session_id)
 
     def get_memory_stats(self) -> dict[str, Any]:
-        stats = self._repository.stats(self.session_id)
+        stats = self._repository.stats(self.session_id, self._visible())
         return {
             "type": "ConversationEntityMemory",
             "entity_count": stats.entity_count,
@@ -255,12 +324,12 @@ class ConversationEntityMemory:
         return name_key(checked_text(name, "entity name"), normalize=self.normalize_names)
 
     def _find(self, name: str) -> EntityRecord | None:
-        return self._repository.find_entity(self.session_id, self._key(name))
+        return self._repository.find_entity(self.session_id, self._key(name), self._visible())
 
     def get_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """What is known about one entity, or None if it is not tracked."""
         details = self._repository.entity_details(
-            self.session_id, self._key(entity_name), RECALL_LIMIT
+            self.session_id, self._key(entity_name), RECALL_LIMIT, self._visible()
         )
         if details is None:
             return None

@@ -36,6 +36,31 @@ def count_in_session(table: sa.Table) -> Any:
     )
 
 
+class TurnReads:
+    """Reads of a session's turns (those ``where`` picks), compiled: pages in saved order or
+    newest first, found by offset or after the id of the last turn seen, and a count."""
+
+    def __init__(self, compiled: Any, where: Any) -> None:
+        turns_from = sa.select(*TURN_COLUMNS).where(where)
+        self.count = compiled(
+            sa.select(sa.func.count().label("count")).select_from(turns).where(where)
+        )
+        self.page = compiled(
+            turns_from.order_by(turns.c.id).offset(param("offset")).limit(param("limit"))
+        )
+        self.newest_first = compiled(
+            turns_from.order_by(turns.c.id.desc()).offset(param("offset")).limit(param("limit"))
+        )
+        self.after = compiled(
+            turns_from.where(turns.c.id > param("after")).order_by(turns.c.id).limit(param("limit"))
+        )
+        self.before = compiled(
+            turns_from.where(turns.c.id < param("before"))
+            .order_by(turns.c.id.desc())
+            .limit(param("limit"))
+        )
+
+
 class Queries:
     """The statements, compiled for one dialect."""
 
@@ -74,7 +99,6 @@ class Queries:
         self.entities_next_page = compiled(
             page.where(after).order_by(*FIRST_SEEN_ORDER).limit(param("limit"))
         )
-        self.count_turns = compiled(sa.select(count_in_session(turns).label("count")))
         self.count_entities = compiled(sa.select(count_in_session(entities).label("count")))
         self.stats = compiled(
             sa.select(
@@ -83,22 +107,8 @@ class Queries:
                 count_in_session(contexts).label("total_contexts"),
             )
         )
-        in_turns = turns.c.session_id == session_param()
-        turns_from = sa.select(*TURN_COLUMNS).where(in_turns)
-        self.turns_page = compiled(
-            turns_from.order_by(turns.c.id).offset(param("offset")).limit(param("limit"))
-        )
-        self.turns_newest_first = compiled(
-            turns_from.order_by(turns.c.id.desc()).offset(param("offset")).limit(param("limit"))
-        )
-        self.turns_after = compiled(
-            turns_from.where(turns.c.id > param("after")).order_by(turns.c.id).limit(param("limit"))
-        )
-        self.turns_before = compiled(
-            turns_from.where(turns.c.id < param("before"))
-            .order_by(turns.c.id.desc())
-            .limit(param("limit"))
-        )
+        self.turn_reads = TurnReads(compiled, turns.c.session_id == session_param())
+        self.count_turns = self.turn_reads.count
         self._notes(compiled)
 
     def _notes(self, compiled: Any) -> None:
@@ -116,6 +126,7 @@ class Queries:
                 turn_id=None,
                 turn_seq=newest_turn,
                 text=param("text", sa.Text),
+                created_at=param("created_at", sa.Double),
             )
         )
         self.set_last_seen = compiled(

@@ -55,7 +55,13 @@ def entity_row(
 
 
 def context_row(
-    session_id: str, *, entity_id: int, turn_id: int | None, turn_seq: int, text: str
+    session_id: str,
+    *,
+    entity_id: int,
+    turn_id: int | None,
+    turn_seq: int,
+    text: str,
+    created_at: float,
 ) -> dict[str, Any]:
     return {
         "session_id": session_id,
@@ -63,6 +69,7 @@ def context_row(
         "turn_id": turn_id,
         "turn_seq": turn_seq,
         "text": text,
+        "created_at": created_at,
     }
 
 

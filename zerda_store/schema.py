@@ -72,6 +72,9 @@ contexts = sa.Table(
     # turn's at that moment), then the snippet's id. Never wall-clock time.
     sa.Column("turn_seq", sa.BigInteger(), nullable=False),
     sa.Column("text", sa.Text(), nullable=False),
+    # When the snippet was stored (its turn's time; a note's own), epoch seconds: what
+    # retention measures a snippet's age on. Informational otherwise, never an order.
+    sa.Column("created_at", sa.Double(), nullable=False),
     sa.Index(None, "entity_id", "turn_seq", "id"),
     sa.Index(None, "session_id"),
     sa.Index(None, "turn_id"),
@@ -94,6 +97,25 @@ extractions = sa.Table(
     sa.UniqueConstraint("session_id", "turn_id"),
     sa.Index(None, "status", "session_id", "turn_id"),
     sa.Index(None, "turn_id"),
+)
+
+
+# The scope of the default policy, and of a rule for every entity type: the empty string,
+# which no session id and no entity type can be (both are 1 or more characters long).
+ANY_SCOPE = ""
+
+# Retention rules: per session (or the default, ``session_id = ''``) and per entity type
+# (or every type, ``entity_type = ''``). Durations are seconds; NULL means no limit.
+retention_policies = sa.Table(
+    "retention_policies",
+    metadata,
+    sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
+    sa.Column("entity_type", sa.String(MAX_TYPE_LENGTH), nullable=False),
+    sa.Column("keep_last", sa.Integer(), nullable=True),
+    sa.Column("max_age", sa.Double(), nullable=True),
+    sa.Column("session_idle", sa.Double(), nullable=True),
+    sa.Column("updated_at", sa.Double(), nullable=False),
+    sa.PrimaryKeyConstraint("session_id", "entity_type"),
 )
 
 

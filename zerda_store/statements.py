@@ -67,11 +67,11 @@ ENTITY_SELECT = (
 )
 
 
-def _recall_by_keys(count: int) -> Any:
+def _recall_by_keys(count: int, aged: bool = False) -> Any:
     """SQLite (no LATERAL): the session's entities keyed ``:key_0`` … (unique index),
     joined to the snippets whose ids are among each one's newest ``:limit`` (a correlated
     subquery on the contexts index led by entity_id, read backwards and cut at the
-    limit), then fetched by primary key."""
+    limit), then fetched by primary key. ``aged`` adds each snippet's creation time."""
     newest = contexts.alias("newest")
     newest_ids = (
         sa.select(newest.c.id)
@@ -81,28 +81,40 @@ def _recall_by_keys(count: int) -> Any:
         .correlate(entities)
     )
     keys = [sa.bindparam(f"key_{i}", type_=sa.String) for i in range(count)]
+    age = (contexts.c.created_at,) if aged else ()
     return (
         sa.select(
-            *ENTITY_SELECT, contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id")
+            *ENTITY_SELECT,
+            contexts.c.text,
+            contexts.c.turn_seq,
+            contexts.c.id.label("context_id"),
+            *age,
         )
         .join_from(entities, contexts, contexts.c.id.in_(newest_ids))
         .where(entities.c.session_id == sa.bindparam("session_id"), entities.c.name_key.in_(keys))
     )
 
 
-def _recall_lateral() -> Any:
+def _recall_lateral(aged: bool = False) -> Any:
     """Postgres: the session's entities keyed ``:keys`` (unique index), each joined
     LATERAL to its newest ``:limit`` snippets (the contexts index led by entity_id, read
-    backwards and cut at the limit)."""
+    backwards and cut at the limit). ``aged`` adds each snippet's creation time."""
+    age = (contexts.c.created_at,) if aged else ()
     newest = (
-        sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"))
+        sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"), *age)
         .where(contexts.c.entity_id == entities.c.id)
         .order_by(*NEWEST_FIRST)
         .limit(sa.bindparam("limit"))
         .lateral("newest")
     )
     return (
-        sa.select(*ENTITY_SELECT, newest.c.text, newest.c.turn_seq, newest.c.context_id)
+        sa.select(
+            *ENTITY_SELECT,
+            newest.c.text,
+            newest.c.turn_seq,
+            newest.c.context_id,
+            *((newest.c.created_at,) if aged else ()),
+        )
         .join_from(entities, newest, sa.true())
         .where(
             entities.c.session_id == sa.bindparam("session_id"),
@@ -247,27 +259,27 @@ class TurnStatements:
         self.outcomes = RowsInsert(dialect, extractions)
         # Postgres: recall keys as one array.
         self._arrays = dialect.name == "postgresql"
-        self._recall: dict[int, Runnable] = {}
+        self._recall: dict[tuple[int, bool], Runnable] = {}
 
-    def _recall_statement(self, count: int) -> Runnable:
-        statement = self._recall.get(count)
+    def _recall_statement(self, count: int, aged: bool) -> Runnable:
+        statement = self._recall.get((count, aged))
         if statement is None:
-            built = _recall_lateral() if self._arrays else _recall_by_keys(count)
-            statement = self._recall[count] = compile_statement(built, self._dialect)
+            built = _recall_lateral(aged) if self._arrays else _recall_by_keys(count, aged)
+            statement = self._recall[count, aged] = compile_statement(built, self._dialect)
         return statement
 
     def recall_batches(
-        self, session_id: str, keys: list[str], limit: int
+        self, session_id: str, keys: list[str], limit: int, *, aged: bool = False
     ) -> list[tuple[Runnable, dict[str, Any]]]:
         """The recall statements for ``keys`` with their values: one on Postgres, one per
-        ``RECALL_CHUNK`` keys on SQLite."""
+        ``RECALL_CHUNK`` keys on SQLite. ``aged``: the rows carry ``created_at`` too."""
         if self._arrays:
             values = {"session_id": session_id, "limit": limit, "keys": keys}
-            return [(self._recall_statement(ANY_ROWS), values)] if keys else []
+            return [(self._recall_statement(ANY_ROWS, aged), values)] if keys else []
         batches = []
         for start in range(0, len(keys), RECALL_CHUNK):
             chunk = keys[start : start + RECALL_CHUNK]
             values = {"session_id": session_id, "limit": limit}
             values.update(zip(_key_names(len(chunk)), chunk, strict=True))
-            batches.append((self._recall_statement(len(chunk)), values))
+            batches.append((self._recall_statement(len(chunk), aged), values))
         return batches

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from .records import EntityRecord, TurnRecord
 from .repository import Repository
+from .retention import Visibility
 from .validation import checked_text
 
 if TYPE_CHECKING:
@@ -18,10 +19,15 @@ class Entity:
     """A tracked entity. Its fields are a snapshot; ``contexts`` is read when asked for."""
 
     def __init__(
-        self, repository: Repository, record: EntityRecord, now: Callable[[], float]
+        self,
+        repository: Repository,
+        record: EntityRecord,
+        now: Callable[[], float],
+        visible: Callable[[], Visibility | None] = lambda: None,
     ) -> None:
         self._repository = repository
         self._now = now
+        self._visible = visible
         self._id = record.id
         self.name = record.name
         self.entity_type = record.entity_type
@@ -34,7 +40,7 @@ class Entity:
     @property
     def contexts(self) -> list[str]:
         """Every snippet of the entity, oldest first."""
-        return self._repository.recent_contexts(self._id, None)
+        return self._repository.recent_contexts(self._id, None, self._visible(), self.entity_type)
 
     def add_context(self, context: str) -> None:
         """Store a snippet for this entity; it counts as the most recent one."""
@@ -45,7 +51,7 @@ class Entity:
         """The last ``limit`` snippets, oldest first; ``None`` gives all of them."""
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1 (or None for all), got {limit}")
-        return self._repository.recent_contexts(self._id, limit)
+        return self._repository.recent_contexts(self._id, limit, self._visible(), self.entity_type)
 
 
 class EntityStoreView(Mapping[str, Entity]):
@@ -61,14 +67,17 @@ class EntityStoreView(Mapping[str, Entity]):
             record = None
         if record is None:
             raise KeyError(name)
-        return Entity(self._memory._repository, record, self._memory._now)
+        memory = self._memory
+        return Entity(memory._repository, record, memory._now, memory._visible)
 
     def __iter__(self) -> Iterator[str]:
         memory = self._memory
-        return (record.name for record in memory._repository.iter_entities(memory.session_id))
+        records = memory._repository.iter_entities(memory.session_id, memory._visible())
+        return (record.name for record in records)
 
     def __len__(self) -> int:
-        return self._memory._repository.count_entities(self._memory.session_id)
+        memory = self._memory
+        return memory._repository.count_entities(memory.session_id, memory._visible())
 
 
 def _turn_dict(turn: TurnRecord) -> dict[str, Any]:
@@ -83,7 +92,8 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
         self._memory = memory
 
     def __len__(self) -> int:
-        return self._memory._repository.count_turns(self._memory.session_id)
+        memory = self._memory
+        return memory._repository.count_turns(memory.session_id, memory._visible())
 
     @overload
     def __getitem__(self, index: int) -> dict[str, Any]: ...
@@ -93,24 +103,30 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
 
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         repository, session_id = self._memory._repository, self._memory.session_id
+        visible = self._memory._visible()
         if isinstance(index, slice):
-            return [_turn_dict(t) for t in repository.turns_slice(session_id, index)]
+            return [_turn_dict(t) for t in repository.turns_slice(session_id, index, visible)]
         if index < 0:  # counted from the newest turn: no need to count them all first
-            page = repository.turns_page(session_id, -index - 1, 1, newest_first=True)
+            page = repository.turns_page(
+                session_id, -index - 1, 1, newest_first=True, visible=visible
+            )
         else:
-            page = repository.turns_page(session_id, index, 1)
+            page = repository.turns_page(session_id, index, 1, visible=visible)
         if not page:
             raise IndexError("chat_memory index out of range")
         return _turn_dict(page[0])
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         memory = self._memory
-        return (_turn_dict(t) for t in memory._repository.iter_turns(memory.session_id))
+        turns = memory._repository.iter_turns(memory.session_id, visible=memory._visible())
+        return (_turn_dict(t) for t in turns)
 
     def __reversed__(self) -> Iterator[dict[str, Any]]:
         """The turns from the newest back, a page at a time (not a query per turn)."""
         memory = self._memory
-        turns = memory._repository.iter_turns(memory.session_id, newest_first=True)
+        turns = memory._repository.iter_turns(
+            memory.session_id, newest_first=True, visible=memory._visible()
+        )
         return (_turn_dict(t) for t in turns)
 
     def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
@@ -119,7 +135,10 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
         first, last, _ = slice(start, stop).indices(len(self))
         memory = self._memory
         turns = memory._repository.iter_turns(
-            memory.session_id, offset=first, count=max(0, last - first)
+            memory.session_id,
+            offset=first,
+            count=max(0, last - first),
+            visible=memory._visible(),
         )
         for position, turn in enumerate(turns, first):
             if _turn_dict(turn) == value:

@@ -29,7 +29,9 @@ def test_the_builders_give_each_insert_column_once_in_table_order():
             first_turn_id=1,
             first_position=0,
         ),
-        contexts: rows.context_row("s", entity_id=1, turn_id=1, turn_seq=1, text="t"),
+        contexts: rows.context_row(
+            "s", entity_id=1, turn_id=1, turn_seq=1, text="t", created_at=1.0
+        ),
         extractions: rows.outcome_row(
             "s",
             turn_id=1,

@@ -1,0 +1,108 @@
+"""Retention: the policy table, and each snippet's own creation time.
+
+``contexts.created_at`` is backfilled from the snippet's turn (``turns.created_at``); a
+note added with ``add_context`` belongs to no turn and takes its entity's ``last_seen``
+(the time of the entity's newest activity, at or after the note). Then the column is made
+NOT NULL: on SQLite by rebuilding the table (batch mode), around which the views that
+read it are dropped and created again (as revisions 0001 and 0003 defined them).
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-12-09
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+SESSION_ID_LENGTH = 255
+TYPE_LENGTH = 64
+
+ENTITY_OVERVIEW = """
+CREATE VIEW entity_overview AS
+SELECT
+    e.session_id,
+    e.name,
+    e.entity_type,
+    (SELECT COUNT(*) FROM contexts c WHERE c.entity_id = e.id) AS contexts_count,
+    e.first_seen,
+    e.last_seen,
+    (SELECT c.text FROM contexts c WHERE c.entity_id = e.id
+     ORDER BY c.turn_seq DESC, c.id DESC LIMIT 1) AS last_context
+FROM entities e
+"""
+
+ENTITY_SNIPPETS = """
+CREATE VIEW entity_snippets AS
+SELECT
+    e.session_id,
+    e.name,
+    e.entity_type,
+    ROW_NUMBER() OVER (
+        PARTITION BY c.entity_id ORDER BY c.turn_seq DESC, c.id DESC
+    ) AS recency,
+    c.text,
+    c.turn_id,
+    t.created_at AS turn_created_at
+FROM contexts c
+JOIN entities e ON e.id = c.entity_id
+LEFT JOIN turns t ON t.id = c.turn_id
+"""
+
+BACKFILL_FROM_TURNS = """
+UPDATE contexts SET created_at = (SELECT t.created_at FROM turns t WHERE t.id = contexts.turn_id)
+WHERE turn_id IS NOT NULL
+"""
+BACKFILL_NOTES = """
+UPDATE contexts SET created_at = (SELECT e.last_seen FROM entities e WHERE e.id = contexts.entity_id)
+WHERE created_at IS NULL
+"""
+
+
+def _sqlite() -> bool:
+    return op.get_bind().dialect.name == "sqlite"
+
+
+def _alter_contexts(change: str) -> None:
+    """Add (nullable, then NOT NULL after the backfill) or drop ``contexts.created_at``."""
+    sqlite = _sqlite()
+    if sqlite:
+        op.execute("DROP VIEW entity_snippets")
+        op.execute("DROP VIEW entity_overview")
+    if change == "add":
+        op.add_column("contexts", sa.Column("created_at", sa.Double(), nullable=True))
+        op.execute(BACKFILL_FROM_TURNS)
+        op.execute(BACKFILL_NOTES)
+        with op.batch_alter_table("contexts", recreate="always" if sqlite else "auto") as batch:
+            batch.alter_column("created_at", existing_type=sa.Double(), nullable=False)
+    else:
+        with op.batch_alter_table("contexts", recreate="always" if sqlite else "auto") as batch:
+            batch.drop_column("created_at")
+    if sqlite:
+        op.execute(ENTITY_OVERVIEW)
+        op.execute(ENTITY_SNIPPETS)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "retention_policies",
+        sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
+        sa.Column("entity_type", sa.String(TYPE_LENGTH), nullable=False),
+        sa.Column("keep_last", sa.Integer(), nullable=True),
+        sa.Column("max_age", sa.Double(), nullable=True),
+        sa.Column("session_idle", sa.Double(), nullable=True),
+        sa.Column("updated_at", sa.Double(), nullable=False),
+        sa.PrimaryKeyConstraint("session_id", "entity_type", name="pk_retention_policies"),
+    )
+    _alter_contexts("add")
+
+
+def downgrade() -> None:
+    _alter_contexts("drop")
+    op.drop_table("retention_policies")
