@@ -8,8 +8,10 @@ inside it (:mod:`importing`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,9 +20,12 @@ from .engine import Store
 from .errors import SessionNotEmptyError
 from .importing import Importer
 from .ledger import Ledger
+from .pruning import Pruner
 from .records import PendingTurn
 from .repository import PAGE_SIZE
-from .schema import contexts, entities, extractions, turns
+from .retention import Policies, describe, make_rule
+from .schema import ANY_SCOPE, contexts, entities, extractions, turns
+from .validation import checked_session_id, checked_text
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,56 @@ class AdminRepository:
                 for row in streaming.execute(query):
                     yield {"kind": kind, **row._asdict()}
 
+    # -- retention ------------------------------------------------------------------------
+
+    def set_retention(
+        self,
+        session_id: str | None,
+        keep_last: int | None = None,
+        max_age: timedelta | float | None = None,
+        session_idle: timedelta | float | None = None,
+        *,
+        entity_type: str | None = None,
+    ) -> None:
+        """Set a session's rule, or the default's (``session_id=None``), for every entity
+        type or for one (see :meth:`ConversationEntityMemory.set_retention`)."""
+        rule = make_rule(keep_last, max_age, session_idle)
+        kind = ANY_SCOPE if entity_type is None else checked_text(entity_type, "entity_type")
+        Policies(self.store).set(_scope(session_id), kind, rule, time.time())
+
+    def retention(self, session_id: str | None) -> dict[str, Any]:
+        """The rules stored for a session (``session_id=None``: the default), as
+        :func:`retention.describe` gives them, plus ``effective`` for a session: the
+        policy that applies to it (its own, else the default)."""
+        policies = Policies(self.store)
+        stored = policies.stored(_scope(session_id))
+        general = stored.pop(ANY_SCOPE, None)
+        shown: dict[str, Any] = {
+            "scope": "default" if session_id is None else session_id,
+            **(
+                general.as_dict()
+                if general
+                else {k: None for k in ("keep_last", "max_age", "session_idle")}
+            ),
+            "by_type": {t: rule.as_dict() for t, rule in sorted(stored.items())},
+        }
+        if session_id is not None:
+            shown["effective"] = describe(policies.effective(session_id), session_id)
+        return shown
+
+    def clear_retention(self, session_id: str | None, *, entity_type: str | None = None) -> int:
+        """Delete a session's (or the default's) rules, or one entity type's; how many."""
+        kind = None if entity_type is None else checked_text(entity_type, "entity_type")
+        return Policies(self.store).clear(_scope(session_id), kind)
+
+    def prune(self, session_id: str | None = None, *, dry_run: bool = False) -> dict[str, int]:
+        """Prune one session, or every session a policy applies to (see
+        :class:`pruning.Pruner`); the counts deleted (or, ``dry_run``, to be deleted)."""
+        pruner = Pruner(self.store)
+        if session_id is None:
+            return pruner.prune_all(dry_run=dry_run).as_dict()
+        return pruner.prune(checked_session_id(session_id), dry_run=dry_run).as_dict()
+
     def session_exists(self, session_id: str) -> bool:
         return self._importer.session_exists(session_id)
 
@@ -197,6 +252,10 @@ class AdminRepository:
                 continue
             copied += 1
         return CopyReport(copied, skipped)
+
+
+def _scope(session_id: str | None) -> str:
+    return ANY_SCOPE if session_id is None else checked_session_id(session_id)
 
 
 class _Export:

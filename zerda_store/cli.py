@@ -27,6 +27,7 @@ from .cli_common import (
     session_option,
     when,
 )
+from .cli_retention import prune, retention
 from .cli_transfer import copy, export_command, import_command
 from .demo import run_demo
 from .engine import DATABASE_URL_ENV
@@ -63,7 +64,7 @@ def main(ctx: click.Context, database_url: str | None, read_only: bool, schema: 
     ctx.call_on_close(ctx.obj.close)
 
 
-for command in (export_command, import_command, copy):
+for command in (export_command, import_command, copy, retention, prune):
     main.add_command(command)
 
 

@@ -368,6 +368,7 @@ class Store:
         self.schema_checked = False
         self.schema_lock = threading.Lock()
         self.closed = False
+        self._sweeper: Any = None
 
     def __repr__(self) -> str:
         return f"Store({safe_url(self.url)!r})"
@@ -399,9 +400,38 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Close the pool's connections; the store cannot be used afterwards."""
+        """Close the pool's connections (stopping the sweeper first, if it runs); the store
+        cannot be used afterwards."""
+        self.stop_sweeper()
         self.closed = True
         self.drop_connections()
+
+    # The retention sweeper lives in zerda_store.pruning, above this module: imported when
+    # started, so that a store without one never loads it.
+
+    def start_sweeper(
+        self, interval: float = 3600.0, *, now: Callable[[], float] = time.time
+    ) -> None:
+        """Start a daemon thread that prunes every session with a retention policy every
+        ``interval`` seconds (each round in batches, like ``prune``), until
+        :meth:`stop_sweeper` or :meth:`close`. Off unless started; errors are logged."""
+        from .pruning import Pruner, Sweeper
+
+        if self._sweeper is not None and self._sweeper.running:
+            raise StoreError("the sweeper is already running; stop it first")
+        self._sweeper = Sweeper(Pruner(self, now=now), interval)
+        self._sweeper.start()
+
+    def stop_sweeper(self, timeout: float | None = None) -> None:
+        """Stop the sweeper (if it runs) and wait for its current round to finish."""
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.stop(timeout)
+
+    @property
+    def sweeper(self) -> Any:
+        """The running sweeper (its ``rounds`` and ``last_receipt``), or None."""
+        return self._sweeper
 
     @contextmanager
     def connect(self, *, ping: bool = True) -> Iterator[Connection]:

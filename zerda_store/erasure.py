@@ -24,6 +24,9 @@ from .rows import entity_record
 from .schema import contexts, entities, extractions, turns
 from .unit_of_work import SessionLock, Transaction
 
+# What an extraction error that named a forgotten entity reads afterwards.
+ERASED_ERROR = "(error text erased: it named a forgotten entity)"
+
 
 class ErasureStatements:
     """The statements of erasure, compiled for one dialect."""
@@ -72,6 +75,16 @@ class ErasureStatements:
         self.delete_if_orphan = compiled(
             entities.delete().where(entities.c.id == entity, ~has_snippets)
         )
+        self.errors_in_session = compiled(
+            sa.select(extractions.c.id, extractions.c.error).where(
+                extractions.c.session_id == session_param(), extractions.c.error.is_not(None)
+            )
+        )
+        self.erase_error = compiled(
+            extractions.update()
+            .where(extractions.c.id == param("ledger_id"))
+            .values(error=ERASED_ERROR)
+        )
         self.clear = [
             compiled(table.delete().where(table.c.session_id == session_param()))
             for table in (contexts, extractions, entities, turns)
@@ -109,6 +122,7 @@ class Erasure:
             if not found:
                 return None
             entity = entity_record(found[0])
+            self._erase_errors_naming(transaction, session_id, entity.key, normalize)
             if with_turns:
                 return self._forget_with_turns(transaction, session_id, entity, normalize)
             updated = self._drop_name_from_turns(transaction, entity, normalize)
@@ -144,12 +158,25 @@ class Erasure:
         )
         return ForgetReceipt(entity.name, 1 + orphans, int(snippets), turns_deleted, 0)
 
+    def _erase_errors_naming(
+        self, transaction: Transaction, session_id: str, key: str, normalize: bool
+    ) -> None:
+        """Extraction errors can quote the turn (an LLM's error may echo the prompt): the
+        ledger rows whose error names the entity keep their row, not the text."""
+        rows = transaction.run(self._statements.errors_in_session, {"session_id": session_id})
+        pattern = _whole_words(key)
+        naming = [
+            {"ledger_id": row.id}
+            for row in rows
+            if pattern.search(name_key(row.error, normalize=normalize))
+        ]
+        transaction.run_many(self._statements.erase_error, naming)
+
     def _failed_turns_mentioning(
         self, transaction: Transaction, session_id: str, key: str, normalize: bool
     ) -> list[int]:
         failed = transaction.run(self._statements.failed_turns, {"session_id": session_id})
-        # The name as whole words: "Ann" is not in "annual".
-        pattern = re.compile(rf"(?<!\w){re.escape(key)}(?!\w)")
+        pattern = _whole_words(key)
         return [
             row.id
             for row in failed
@@ -173,3 +200,8 @@ class Erasure:
         ]
         transaction.run_many(self._statements.set_names, updates)
         return len(updates)
+
+
+def _whole_words(key: str) -> re.Pattern[str]:
+    """The name as whole words: "Ann" is not in "annual"."""
+    return re.compile(rf"(?<!\w){re.escape(key)}(?!\w)")

@@ -332,10 +332,11 @@ class Pruner:
             .subquery()
         )
         keep = _keep_case(survivors.c.entity_type, visible)
+        within = sa.true() if keep is None else sa.or_(keep.is_(None), survivors.c.recency <= keep)
         kept = sa.select(
             sa.func.count().label("snippets"),
             sa.func.count(sa.distinct(survivors.c.entity_id)).label("entities"),
-        ).where(sa.or_(keep.is_(None), survivors.c.recency <= keep))
+        ).where(within)
         with self.store.query() as connection:
             total_turns, total_snippets, total_entities = (
                 connection.execute(
@@ -366,15 +367,16 @@ def _case(entity_type: Any, visible: Visibility) -> Any:
 
 
 def _keep_case(entity_type: Any, visible: Visibility) -> Any:
+    """``keep_last`` by entity type (NULL: no limit), or None if nothing is limited."""
     policy = visible.policy
-    if visible.idle_expired:
-        return sa.null()
     default = policy.general.keep_last
     whens = [
         (entity_type == t, sa.literal(policy.keep_last(t), sa.Integer))
         for t in sorted(policy.by_type)
         if policy.keep_last(t) is not None
     ]
+    if visible.idle_expired or (default is None and not whens):
+        return None
     fallback = sa.literal(default, sa.Integer) if default is not None else sa.null()
     return sa.case(*whens, else_=fallback) if whens else fallback
 
