@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 FIRST_REVISION = "0001"
 LEDGER_REVISION = "0002"  # adds the extraction ledger and backfills it
+RETENTION_REVISION = "0005"  # adds contexts.created_at and backfills it
 
 
 def _rows(connection: sa.Connection, query: str) -> list[tuple[Any, ...]]:
@@ -91,3 +92,29 @@ def test_the_ledger_revision_records_turns_saved_before_it_as_extracted(
         alembic_engine,
         "SELECT session_id, status, entity_count, attempts FROM extractions",
     ) == [("customer-1", "ok", 2, 1)]
+
+
+def test_the_retention_revision_gives_snippets_their_turns_time_and_notes_their_entitys(
+    alembic_runner: Any, alembic_engine: sa.Connection
+) -> None:
+    alembic_runner.migrate_up_before(RETENTION_REVISION)
+    _write_one_turn(alembic_runner, alembic_engine)
+    alembic_engine.exec_driver_sql("UPDATE entities SET last_seen = 1700000500.0")
+    entity_id = alembic_engine.exec_driver_sql("SELECT MIN(id) FROM entities").scalar_one()
+    alembic_runner.insert_into(
+        "contexts",
+        {
+            "session_id": "customer-1",
+            "entity_id": entity_id,
+            "turn_id": None,
+            "turn_seq": 99,
+            "text": "a note",
+        },
+    )
+
+    alembic_runner.migrate_up_one()
+
+    assert alembic_runner.current == RETENTION_REVISION
+    assert _rows(
+        alembic_engine, "SELECT turn_id IS NULL, created_at FROM contexts ORDER BY id"
+    ) == [(False, 1_700_000_001.0), (False, 1_700_000_001.0), (True, 1_700_000_500.0)]
