@@ -217,16 +217,17 @@ class Pruner:
         }
         receipt = PruneReceipt()
 
-        def work(transaction: Transaction) -> int:
+        def work(transaction: Transaction) -> tuple[int, int]:
             snippets = transaction.run(statements.count_turn_snippets, values)[0].count
-            deleted = transaction.count(statements.delete_old_turns, values)
-            receipt.snippets += int(snippets)
-            receipt.turns += deleted
-            return deleted
+            return transaction.count(statements.delete_old_turns, values), int(snippets)
 
-        # A batch run again after a deadlock counts again: count from its last attempt.
-        self._batches(session_id, _counting_last_attempt(work, receipt))
-        return receipt
+        # Counted once the batch committed: an attempt run again (a deadlock) counts once.
+        while True:
+            deleted, snippets = self.store.write(work, session_lock(session_id))
+            receipt.turns += deleted
+            receipt.snippets += snippets
+            if deleted < self.batch_size:
+                return receipt
 
     def _old_snippets(self, session_id: str, visible: Visibility) -> int:
         cutoffs = [visible.cutoff, *(cutoff for _, cutoff in visible.type_cutoffs)]
@@ -379,24 +380,6 @@ def _keep_case(entity_type: Any, visible: Visibility) -> Any:
         return None
     fallback = sa.literal(default, sa.Integer) if default is not None else sa.null()
     return sa.case(*whens, else_=fallback) if whens else fallback
-
-
-def _counting_last_attempt(
-    work: Callable[[Transaction], int], receipt: PruneReceipt
-) -> Callable[[Transaction], int]:
-    """``work`` whose additions to ``receipt`` count once even if the unit of work runs
-    it again (after a deadlock, the first attempt's deletes were rolled back)."""
-
-    def attempt(transaction: Transaction) -> int:
-        before = PruneReceipt(**receipt.as_dict())
-        try:
-            return work(transaction)
-        except BaseException:
-            receipt.sessions, receipt.turns = before.sessions, before.turns
-            receipt.snippets, receipt.entities = before.snippets, before.entities
-            raise
-
-    return attempt
 
 
 class Sweeper:
