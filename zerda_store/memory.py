@@ -115,6 +115,7 @@ class ConversationEntityMemory:
         self._ledger = Ledger(self.store)
         self._policies = Policies(self.store)
         self._policy = PolicyCache(self._policies, self.session_id)
+        self._policy.get()  # the store's policy cache, read now rather than inside a call
         self.entity_store: Mapping[str, Entity] = EntityStoreView(self)
         self.chat_memory: Sequence[dict[str, Any]] = ChatMemoryView(self)
 

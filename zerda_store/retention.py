@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -213,6 +214,7 @@ class PolicyStatements:
                 },
             )
         )
+        self.any_rule = compiled(sa.select(sa.exists(sa.select(table.c.session_id)).label("found")))
         self.clear_rules = compiled(table.delete().where(scope))
         self.clear_rule = compiled(
             table.delete().where(scope, table.c.entity_type == param("entity_type", sa.String))
@@ -257,6 +259,7 @@ class Policies:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._statements = store.statements(PolicyStatements)
+        self.any_rule = self._statements.any_rule
 
     def effective(self, session_id: str) -> Policy | None:
         """The policy in effect for ``session_id`` (its own, else the default's)."""
@@ -284,6 +287,7 @@ class Policies:
             transaction.count(self._statements.set_rule, values)
 
         self.store.write(work)
+        store_policies(self.store).forget()
 
     def clear(self, scope: str, entity_type: str | None = None) -> int:
         """Delete the rules of ``scope`` (one entity type's, or all); how many."""
@@ -292,7 +296,9 @@ class Policies:
         else:
             statement = self._statements.clear_rule
             values = {"session_id": scope, "entity_type": entity_type}
-        return self.store.write(lambda t: t.count(statement, values))
+        cleared = self.store.write(lambda t: t.count(statement, values))
+        store_policies(self.store).forget()
+        return cleared
 
     def last_activity(self, transaction: Transaction, session_id: str) -> float | None:
         """The newest turn's time or newest ``last_seen`` of the session; None if empty."""
@@ -307,33 +313,71 @@ class Policies:
         return visibility(policy, now, last)
 
 
-class PolicyCache:
-    """A memory's copy of its session's policy, read again after ``seconds``. A policy
-    set through the same memory takes effect at once; one set elsewhere within
-    ``seconds``."""
+class StorePolicies:
+    """One store's cache of the policies in effect, read again after ``seconds``: whether
+    the table holds any rule at all (with none, the common case, a memory made per request
+    costs no query), and each session's policy. A policy set or cleared through this store
+    takes effect at once; one set elsewhere within ``seconds``."""
 
-    def __init__(
-        self, policies: Policies, session_id: str, seconds: float = POLICY_CACHE_SECONDS
-    ) -> None:
+    def __init__(self, policies: Policies, seconds: float = POLICY_CACHE_SECONDS) -> None:
         self._policies = policies
-        self._session_id = session_id
         self._seconds = seconds
         self._lock = threading.Lock()
-        self._policy: Policy | None = None
-        self._read_at = -math.inf
+        self._any = False
+        self._any_read_at = -math.inf
+        self._by_session: dict[str, tuple[Policy | None, float]] = {}
 
-    def get(self) -> Policy | None:
-        if time.monotonic() - self._read_at < self._seconds:
-            return self._policy
-        with self._lock:
-            if time.monotonic() - self._read_at >= self._seconds:
-                policy = self._policies.effective(self._session_id)
-                self._policy = policy if policy is not None and policy.limits_anything else None
-                self._read_at = time.monotonic()
-            return self._policy
+    def get(self, session_id: str) -> Policy | None:
+        now = time.monotonic()
+        if now - self._any_read_at >= self._seconds:
+            with self._lock:
+                if now - self._any_read_at >= self._seconds:
+                    statement = self._policies.any_rule
+                    rows = self._policies.store.read(lambda t: t.run(statement))
+                    self._any, self._any_read_at = bool(rows[0].found), time.monotonic()
+                    self._by_session.clear()
+        if not self._any:
+            return None
+        cached = self._by_session.get(session_id)
+        if cached is not None and now - cached[1] < self._seconds:
+            return cached[0]
+        policy = self._policies.effective(session_id)
+        if policy is not None and not policy.limits_anything:
+            policy = None
+        self._by_session[session_id] = (policy, time.monotonic())
+        return policy
 
     def forget(self) -> None:
-        self._read_at = -math.inf
+        with self._lock:
+            self._any_read_at = -math.inf
+            self._by_session.clear()
+
+
+_STORE_POLICIES: weakref.WeakKeyDictionary[Store, StorePolicies] = weakref.WeakKeyDictionary()
+_STORE_POLICIES_LOCK = threading.Lock()
+
+
+def store_policies(store: Store) -> StorePolicies:
+    """The policy cache of ``store``, shared by every memory on it."""
+    with _STORE_POLICIES_LOCK:
+        cache = _STORE_POLICIES.get(store)
+        if cache is None:
+            cache = _STORE_POLICIES[store] = StorePolicies(Policies(store))
+        return cache
+
+
+class PolicyCache:
+    """A memory's view of its session's policy, through its store's cache."""
+
+    def __init__(self, policies: Policies, session_id: str) -> None:
+        self._cache = store_policies(policies.store)
+        self._session_id = session_id
+
+    def get(self) -> Policy | None:
+        return self._cache.get(self._session_id)
+
+    def forget(self) -> None:
+        self._cache.forget()
 
 
 def session_lock(session_id: str) -> SessionLock:

@@ -83,7 +83,12 @@ def test_a_failed_unit_of_work_leaves_no_transaction_open(database_url):
         queries = store.statements(Queries)
 
         def note_then_fail(transaction: Transaction) -> None:
-            values = {"session_id": "default", "entity_id": 1, "text": "half done"}
+            values = {
+                "session_id": "default",
+                "entity_id": 1,
+                "text": "half done",
+                "created_at": 1.0,
+            }
             transaction.run(queries.add_context, values)
             raise RuntimeError("the work failed")
 

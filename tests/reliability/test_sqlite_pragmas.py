@@ -237,8 +237,8 @@ def test_foreign_keys_are_enforced_on_the_memorys_connections(
         memory.store.engine.begin() as connection,
     ):
         connection.exec_driver_sql(
-            "INSERT INTO contexts (session_id, entity_id, turn_id, turn_seq, text) "
-            "VALUES ('default', 999, NULL, 0, 'orphan')"
+            "INSERT INTO contexts (session_id, entity_id, turn_id, turn_seq, text, created_at) "
+            "VALUES ('default', 999, NULL, 0, 'orphan', 1.0)"
         )
     with inspect_database(sqlite_url) as connection:
         assert table_counts(connection) == (0, 0, 0)
