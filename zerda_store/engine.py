@@ -415,7 +415,8 @@ class Store:
         """Start a daemon thread that prunes every session with a retention policy every
         ``interval`` seconds (each round in batches, like ``prune``), until
         :meth:`stop_sweeper` or :meth:`close`. Off unless started; errors are logged."""
-        from .pruning import Pruner, Sweeper
+        from .pruning import Pruner
+        from .sweeper import Sweeper
 
         if self._sweeper is not None and self._sweeper.running:
             raise StoreError("the sweeper is already running; stop it first")

@@ -17,19 +17,16 @@ in one snapshot and deletes nothing.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
 
-from .driver import CompiledStatement, compile_statement
 from .engine import Store
-from .queries import param, session_param
-from .retention import Clock, Policies, Visibility, cutoff_case, session_lock
+from .pruning_statements import PruneStatements
+from .retention import Clock, Policies, Visibility, session_lock
 from .schema import ANY_SCOPE, contexts, entities, retention_policies, turns
 from .unit_of_work import Transaction
 
@@ -56,92 +53,6 @@ class PruneReceipt:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-def _limited(ids: Any) -> Any:
-    return ids.limit(param("batch")).scalar_subquery()
-
-
-class PruneStatements:
-    """The pruner's statements, compiled for one dialect (the ones that filter by entity
-    type once per number of types)."""
-
-    def __init__(self, dialect: Dialect) -> None:
-        self._dialect = dialect
-        in_session = turns.c.session_id == session_param()
-        old_turns = _limited(
-            sa.select(turns.c.id)
-            .where(in_session, turns.c.created_at < param("turn_cutoff", sa.Double))
-            .order_by(turns.c.id)
-        )
-        self.count_turn_snippets = self._compiled(
-            sa.select(sa.func.count().label("count")).where(contexts.c.turn_id.in_(old_turns))
-        )
-        self.delete_old_turns = self._compiled(turns.delete().where(turns.c.id.in_(old_turns)))
-        of_entity = contexts.c.entity_id == param("entity_id")
-        self.boundary = self._compiled(
-            sa.select(contexts.c.turn_seq, contexts.c.id)
-            .where(of_entity)
-            .order_by(contexts.c.turn_seq.desc(), contexts.c.id.desc())
-            .offset(param("keep"))
-            .limit(1)
-        )
-        at_or_before = sa.tuple_(contexts.c.turn_seq, contexts.c.id) <= sa.tuple_(
-            param("turn_seq"), param("id")
-        )
-        self.count_beyond = self._compiled(
-            sa.select(sa.func.count().label("count")).where(of_entity, at_or_before)
-        )
-        self.delete_beyond = self._compiled(
-            contexts.delete().where(
-                contexts.c.id.in_(
-                    _limited(
-                        sa.select(contexts.c.id)
-                        .where(of_entity, at_or_before)
-                        .order_by(contexts.c.turn_seq, contexts.c.id)
-                    )
-                )
-            )
-        )
-        self.entity_page = self._compiled(
-            sa.select(entities.c.id, entities.c.entity_type)
-            .where(entities.c.session_id == session_param(), entities.c.id > param("after"))
-            .order_by(entities.c.id)
-            .limit(param("limit"))
-        )
-        has_snippet = sa.exists().where(contexts.c.entity_id == entities.c.id)
-        self.delete_orphans = self._compiled(
-            entities.delete().where(
-                entities.c.id.in_(
-                    _limited(
-                        sa.select(entities.c.id)
-                        .where(entities.c.session_id == session_param(), ~has_snippet)
-                        .order_by(entities.c.id)
-                    )
-                )
-            )
-        )
-        self._old_snippets: dict[int, CompiledStatement] = {}
-
-    def _compiled(self, statement: Any) -> CompiledStatement:
-        return compile_statement(statement, self._dialect)
-
-    def delete_old_snippets(self, types: int) -> CompiledStatement:
-        """Delete up to ``:batch`` snippets older than their entity type's cutoff."""
-        statement = self._old_snippets.get(types)
-        if statement is None:
-            old = (
-                sa.select(contexts.c.id)
-                .join(entities, entities.c.id == contexts.c.entity_id)
-                .where(
-                    contexts.c.session_id == session_param(),
-                    contexts.c.created_at < cutoff_case(entities.c.entity_type, types),
-                )
-                .order_by(contexts.c.id)
-            )
-            statement = self._compiled(contexts.delete().where(contexts.c.id.in_(_limited(old))))
-            self._old_snippets[types] = statement
-        return statement
 
 
 class Pruner:
@@ -380,39 +291,3 @@ def _keep_case(entity_type: Any, visible: Visibility) -> Any:
         return None
     fallback = sa.literal(default, sa.Integer) if default is not None else sa.null()
     return sa.case(*whens, else_=fallback) if whens else fallback
-
-
-class Sweeper:
-    """A daemon thread that prunes every session with a policy every ``interval``
-    seconds until stopped. Errors are logged, never raised; the next round tries again."""
-
-    def __init__(self, pruner: Pruner, interval: float) -> None:
-        if not interval > 0:
-            raise ValueError(f"interval must be a positive number of seconds, got {interval}")
-        self.pruner = pruner
-        self.interval = float(interval)
-        self.rounds = 0
-        self.last_receipt: PruneReceipt | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zerda-store-sweeper", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float | None = None) -> None:
-        """Ask the thread to stop after its current batch's round, and wait for it."""
-        self._stop.set()
-        self._thread.join(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.last_receipt = self.pruner.prune_all()
-            except Exception:
-                logger.exception("the retention sweeper's prune failed; trying again later")
-            self.rounds += 1
-            self._stop.wait(self.interval)
