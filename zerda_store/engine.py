@@ -1,4 +1,5 @@
-"""Database URLs, engines with the right connection settings, and the shared :class:`Store`.
+"""Database URLs and the shared :class:`Store` (its engines' connection settings are in
+:mod:`connection_settings`, its async half in :mod:`async_store`).
 
 SQLite gets durable commits, a busy timeout, foreign keys, and write transactions that
 begin IMMEDIATE (a deferred read-then-write transaction cannot wait for a concurrent writer
@@ -15,24 +16,29 @@ A store opened with ``read_only=True`` never writes: SQLite opens the file with 
 from __future__ import annotations
 
 import logging
-import math
 import os
-import re
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
-import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection, Dialect, Engine
+from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from . import unit_of_work
+from .async_store import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncStore
+from .connection_settings import (
+    DEFAULT_LOCK_TIMEOUT,
+    IMMUTABLE,
+    NO_PING,
+    SQLITE_BUSY_TIMEOUT_MS,
+    Durability,
+    checked_schema,
+    create_store_engine,
+)
 from .errors import (
     CommitOutcomeUnknownError,
     DatabaseUnavailableError,
@@ -42,18 +48,22 @@ from .errors import (
     StoreError,
 )
 from .unit_of_work import SessionLock, Transaction
-from .urls import parse_url, safe_url, scrub, secret_query, with_password_from_query
+from .urls import parse_url, safe_url, scrub, with_password_from_query
 
 __all__ = [
     "DATABASE_URL_ENV",
     "DEFAULT_DATABASE_URL",
+    "DEFAULT_LOCK_TIMEOUT",
+    "SQLITE_BUSY_TIMEOUT_MS",
     "CommitOutcomeUnknownError",
     "DatabaseUnavailableError",
+    "Durability",
     "LockTimeoutError",
     "ReadOnlyStoreError",
     "SchemaNotCurrentError",
     "Store",
     "StoreError",
+    "create_store_engine",
     "resolve_url",
     "safe_url",
 ]
@@ -62,22 +72,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DATABASE_URL = "sqlite:///zerda_store.db"
 DATABASE_URL_ENV = "ZERDA_STORE_DATABASE_URL"
-CONNECT_TIMEOUT_SECONDS = 5
-# How long a statement waits for a lock another connection holds, by default (seconds):
-# Postgres's lock_timeout, SQLite's busy timeout.
-DEFAULT_LOCK_TIMEOUT = 5.0
-SQLITE_BUSY_TIMEOUT_MS = int(DEFAULT_LOCK_TIMEOUT * 1000)
-MIN_SQLITE_VERSION = (3, 35, 0)
-# SQLite's extended result code when a read-only connection cannot create the -shm file of a
-# WAL database because the folder is not writable (and no -wal file is there).
-SQLITE_READONLY_DIRECTORY = 1544
-# Marks (in the pool's record of a connection) a SQLite connection opened immutable=1.
-IMMUTABLE = "zerda_store_immutable"
-# A Postgres schema chosen with ``schema=``: a plain lower-case identifier, so that it goes
-# into search_path without quoting.
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-
-Durability = Literal["full", "normal"]
 T = TypeVar("T")
 C = TypeVar("C")
 S = TypeVar("S")
@@ -92,10 +86,6 @@ KEPT_SECONDS = 30.0
 # Connections a forked child inherited from its parent's stores: referenced for the life
 # of the child so that garbage collection never closes the parent's sockets.
 _INHERITED: list[Any] = []
-
-# True while a unit of work that runs again whole on a dead connection checks one out: it
-# needs no liveness ping first (a round trip on every checkout).
-_NO_PING: ContextVar[bool] = ContextVar("zerda_store_no_ping", default=False)
 
 
 def resolve_url(database_url: str | URL | None = None) -> URL:
@@ -123,188 +113,6 @@ def resolve_url(database_url: str | URL | None = None) -> URL:
     return url
 
 
-def _check_supported(url: URL) -> None:
-    backend, driver = url.get_backend_name(), url.get_driver_name()
-    if backend == "postgresql" and driver != "psycopg":
-        raise StoreError(
-            f"the {driver} driver is not supported: use a postgresql:// or "
-            "postgresql+psycopg:// URL (pip install 'zerda-store[postgres]')"
-        )
-    if backend == "sqlite" and url.database in (None, "", ":memory:"):
-        raise StoreError(
-            "an in-memory SQLite database is not supported (each connection would see its "
-            "own empty database): use a file, e.g. sqlite:///memory.db in a temporary folder"
-        )
-    if backend not in ("sqlite", "postgresql"):
-        raise StoreError(
-            f"unsupported database {backend!r}: zerda_store runs on SQLite and Postgres"
-        )
-    if backend == "sqlite" and sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
-        raise StoreError(
-            f"SQLite {sqlite3.sqlite_version} is too old: zerda_store needs 3.35 or newer "
-            "(for INSERT ... ON CONFLICT ... RETURNING)"
-        )
-
-
-def create_store_engine(
-    url: URL,
-    *,
-    durability: Durability = "full",
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-    read_only: bool = False,
-    schema: str | None = None,
-) -> Engine:
-    """An engine configured for zerda_store's transactions on SQLite or Postgres; no
-    statement waits more than ``lock_timeout`` seconds for a lock. ``read_only`` opens
-    connections that cannot write; ``schema`` (Postgres) is put first on the search_path."""
-    _check_supported(url)
-    if url.get_backend_name() == "sqlite":
-        if schema is not None:
-            raise StoreError("schema= applies to Postgres only: a SQLite file has no schemas")
-        return _sqlite_engine(url, durability, lock_timeout, read_only)
-    # Session settings rather than startup options: the URL's options, PGOPTIONS and
-    # poolers that refuse startup options (PgBouncer) are left alone.
-    settings = [f"SET lock_timeout = {_milliseconds(lock_timeout)}"]
-    if read_only:
-        settings.append("SET default_transaction_read_only = on")
-    if schema is not None:
-        settings.append(f"SET search_path = {checked_schema(schema)}")
-    connect_args: dict[str, Any] = {
-        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-        # A peer that vanishes mid-statement is noticed in about half a minute, not after
-        # the operating system's TCP timeout.
-        "keepalives": 1,
-        "keepalives_idle": 10,
-        "keepalives_interval": 5,
-        "keepalives_count": 3,
-    }
-    # Secrets of the query (sslpassword=...) go to the driver beside the URL, not in it:
-    # SQLAlchemy shows an engine's URL, query and all, in its repr and logs.
-    secrets = secret_query(url)
-    connect_args.update(secrets)
-    url = url.difference_update_query(secrets)
-    engine = sa.create_engine(url, pool_recycle=1800, connect_args=connect_args)
-    _ping_on_checkout(engine)
-
-    @event.listens_for(engine, "connect")
-    def _apply_settings(dbapi_connection: Any, _record: Any) -> None:
-        with dbapi_connection.cursor() as cursor:
-            for setting in settings:
-                cursor.execute(setting)
-        dbapi_connection.commit()
-
-    return engine
-
-
-def _milliseconds(seconds: float) -> int:
-    """Whole milliseconds, at least 1 (0 would mean "wait forever" to Postgres)."""
-    return max(1, math.ceil(seconds * 1000))
-
-
-def checked_schema(schema: str) -> str:
-    """``schema`` if it is a plain lower-case Postgres identifier, else a ValueError."""
-    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
-        raise ValueError(
-            f"schema must be a lower-case Postgres identifier (letters, digits, _), got {schema!r}"
-        )
-    return schema
-
-
-def _ping_on_checkout(engine: Engine) -> None:
-    """``pool_pre_ping``, skipped for :meth:`Store.run_write` and the driver-level units of work:
-    they meet a dead connection at their first statement and run again whole."""
-
-    @event.listens_for(engine, "checkout")
-    def _ping(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-        if _NO_PING.get():
-            return
-        try:
-            engine.dialect.do_ping(dbapi_connection)
-        except Exception as exc:
-            raise sa.exc.DisconnectionError() from exc  # the pool takes another connection
-
-
-def _sqlite_engine(
-    url: URL, durability: Durability, lock_timeout: float, read_only: bool
-) -> Engine:
-    synchronous = {"full": "FULL", "normal": "NORMAL"}[durability]
-    busy_timeout_ms = _milliseconds(lock_timeout)
-    engine = sa.create_engine(url, connect_args={"timeout": lock_timeout})
-
-    if read_only:
-        if url.query.get("uri"):
-            raise StoreError(
-                "read_only= takes a plain sqlite:///PATH URL, not a file: URI "
-                "(with a URI, put mode=ro in it yourself)"
-            )
-        path = Path(str(url.database)).absolute()
-
-        @event.listens_for(engine, "do_connect")
-        def _open(dialect: Dialect, record: Any, _cargs: Any, cparams: dict[str, Any]) -> Any:
-            connection, record.info[IMMUTABLE] = _open_read_only(
-                dialect.loaded_dbapi, path, cparams
-            )
-            return connection
-
-        @event.listens_for(engine, "checkin")
-        def _once(_dbapi_connection: Any, record: Any) -> None:
-            # An immutable connection would never see a writer that starts later: each
-            # checkout opens (and probes) a new one.
-            if record.info.get(IMMUTABLE):
-                record.invalidate()
-
-    @event.listens_for(engine, "connect")
-    def _configure(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy, not the driver, decide when transactions begin.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        cursor.execute(f"PRAGMA synchronous={synchronous}")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(connection: Connection) -> None:
-        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-        if mode is not None:  # None: one statement in the driver's autocommit mode
-            connection.exec_driver_sql(f"BEGIN {mode}")
-
-    return engine
-
-
-def _open_read_only(dbapi: Any, path: Path, cparams: dict[str, Any]) -> tuple[Any, bool]:
-    """A connection to ``path`` that cannot write and creates no file but, for a WAL
-    database, the ``-shm`` and ``-wal`` files SQLite needs to read it; and whether it was
-    opened ``immutable=1``.
-
-    Where the folder is not writable and the file has no ``-shm``, ``mode=ro`` cannot read a
-    WAL database (SQLite needs to create the ``-shm``). With no ``-wal`` file either, every
-    committed change is in the main file, so it is opened ``immutable=1`` instead: SQLite
-    then reads it without locks or a ``-shm``. A ``-wal`` file without its ``-shm`` holds
-    changes that only a writable folder lets SQLite read: that is refused, not read stale.
-    An immutable connection takes no locks and does not notice a writer that starts while
-    it is open, so it serves one unit of work or query only.
-    """
-    options = {key: value for key, value in cparams.items() if key != "uri"}
-    connection = dbapi.connect(f"{path.as_uri()}?mode=ro", uri=True, **options)
-    try:
-        connection.execute("PRAGMA schema_version")  # reads the file: WAL needs the -shm here
-        return connection, False
-    except sqlite3.OperationalError as exc:
-        connection.close()
-        if getattr(exc, "sqlite_errorcode", None) == SQLITE_READONLY_DIRECTORY:
-            logger.info("reading %s as immutable: its folder is read-only", path)
-            immutable = f"{path.as_uri()}?mode=ro&immutable=1"
-            return dbapi.connect(immutable, uri=True, **options), True
-        if Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists():
-            raise sqlite3.OperationalError(
-                f"{exc}: it has a -wal file of changes not yet in the main file but no -shm "
-                "file, which SQLite cannot create in a read-only folder; open it once where "
-                "you can write (that folds the -wal file in), or copy the files elsewhere"
-            ) from exc
-        raise
-
-
 def first_line(exc: BaseException) -> str:
     """The first line of a driver error (SQLAlchemy's wrapper adds the statement and a
     link), as it came, secrets and all: pass it through :func:`scrub` before showing it."""
@@ -312,13 +120,15 @@ def first_line(exc: BaseException) -> str:
     return detail[0] if detail else type(exc).__name__
 
 
-class Store:
+class Store(AsyncStore):
     """One engine (one connection pool) and one set of compiled statements that many
     memories can share.
 
     ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
     connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
-    a context manager or call :meth:`close`; closing never deletes data.
+    a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
+    ``await`` :meth:`aclose`); closing never deletes data. Its async methods
+    (:class:`AsyncStore`) use a second pool, on the async drivers.
 
     ``read_only=True`` opens the database for reading only: it is never created, migrated
     or written (a SQLite file that is not there is a :class:`DatabaseUnavailableError`, a
@@ -335,6 +145,8 @@ class Store:
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
         read_only: bool = False,
         schema: str | None = None,
+        llm_workers: int = DEFAULT_LLM_WORKERS,
+        async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
     ):
         if not lock_timeout > 0:
             raise ValueError(
@@ -342,8 +154,10 @@ class Store:
             )
         self.url = resolve_url(database_url)
         self.lock_timeout = float(lock_timeout)
+        self.durability: Durability = durability
         self.read_only = read_only
         self.schema = checked_schema(schema) if schema is not None else None
+        self.init_async(llm_workers, async_pool_size)
         self._statements: dict[Callable[[Dialect], Any], Any] = {}
         self._statements_lock = threading.Lock()
         self._idle: list[tuple[Any, float]] = []
@@ -401,10 +215,13 @@ class Store:
 
     def close(self) -> None:
         """Close the pool's connections (stopping the sweeper first, if it runs); the store
-        cannot be used afterwards."""
+        cannot be used afterwards. From async code prefer :meth:`aclose`, which also closes
+        the async pool's connections properly (here they are only dropped when an event
+        loop is running)."""
         self.stop_sweeper()
         self.closed = True
         self.drop_connections()
+        self.close_async()
 
     # The retention sweeper lives in zerda_store.pruning, above this module: imported when
     # started, so that a store without one never loads it.
@@ -446,14 +263,14 @@ class Store:
     def _checked_out(self, open_connection: Callable[[], C], *, ping: bool) -> C:
         if self.closed:
             raise StoreError("this store is closed")
-        token = _NO_PING.set(not ping)
+        token = NO_PING.set(not ping)
         try:
             return open_connection()
         # A pool's raw connection reports the driver's own error, not SQLAlchemy's.
         except (DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
             raise self.unavailable(exc) from None
         finally:
-            _NO_PING.reset(token)
+            NO_PING.reset(token)
 
     @contextmanager
     def query(self) -> Iterator[Connection]:

@@ -10,6 +10,7 @@ failed) go one parameter set at a time, so no database's parameter limit applies
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -101,12 +102,18 @@ class Erasure:
 
     def clear(self, session_id: str) -> None:
         """Delete the session's turns, entities, snippets and ledger rows."""
+        self.store.write(*self._clear(session_id))
 
+    async def aclear(self, session_id: str) -> None:
+        """:meth:`clear`, awaited."""
+        await self.store.awrite(*self._clear(session_id))
+
+    def _clear(self, session_id: str) -> tuple[Callable[[Transaction], None], SessionLock]:
         def work(transaction: Transaction) -> None:
             for statement in self._statements.clear:
                 transaction.count(statement, {"session_id": session_id})
 
-        self.store.write(work, SessionLock(session_id, exclusive=True))
+        return work, SessionLock(session_id, exclusive=True)
 
     def forget_entity(
         self, session_id: str, key: str, *, with_turns: bool, normalize: bool
@@ -114,7 +121,17 @@ class Erasure:
         """Erase one entity and its snippets in one transaction, and its name from the
         turns that mention it (or, ``with_turns``, those turns and all their snippets,
         and the other entities of those turns that are left with no snippet)."""
+        return self.store.write(*self._forget(session_id, key, with_turns, normalize))
 
+    async def aforget_entity(
+        self, session_id: str, key: str, *, with_turns: bool, normalize: bool
+    ) -> ForgetReceipt | None:
+        """:meth:`forget_entity`, awaited."""
+        return await self.store.awrite(*self._forget(session_id, key, with_turns, normalize))
+
+    def _forget(
+        self, session_id: str, key: str, with_turns: bool, normalize: bool
+    ) -> tuple[Callable[[Transaction], ForgetReceipt | None], SessionLock]:
         def work(transaction: Transaction) -> ForgetReceipt | None:
             found = transaction.run(
                 self._queries.entity_by_key, {"session_id": session_id, "key": key}
@@ -129,7 +146,7 @@ class Erasure:
             snippets = self._delete_entity(transaction, entity)
             return ForgetReceipt(entity.name, 1, snippets, 0, updated)
 
-        return self.store.write(work, SessionLock(session_id, exclusive=True))
+        return work, SessionLock(session_id, exclusive=True)
 
     def _delete_entity(self, transaction: Transaction, entity: EntityRecord) -> int:
         """Delete the entity and its remaining snippets; how many snippets."""

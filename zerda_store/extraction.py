@@ -7,12 +7,15 @@ counted result so that a chat turn is never lost to an extraction error.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import logging
 import re
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -85,10 +88,41 @@ class LLMExtractor:
 
     def extract(self, text: str) -> list[ExtractedEntity]:
         response = self.llm.generate(self.prompt.format(text=text), max_tokens=100)
-        if not isinstance(response, str):
-            raise TypeError(f"llm.generate returned {type(response).__name__}, expected str")
-        fragments = (part.strip() for part in response.split(","))
-        return [ExtractedEntity(part) for part in fragments if len(part) > 2]
+        return _entities_in(response, "generate")
+
+    @property
+    def is_async(self) -> bool:
+        """True when the LLM has ``agenerate``: async callers await it on the event loop."""
+        return callable(getattr(self.llm, "agenerate", None))
+
+    async def aextract(self, text: str) -> list[ExtractedEntity]:
+        """:meth:`extract` through ``llm.agenerate(prompt, max_tokens=100)``."""
+        response = self.llm.agenerate(self.prompt.format(text=text), max_tokens=100)
+        if inspect.isawaitable(response):
+            response = await response
+        return _entities_in(response, "agenerate")
+
+
+def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
+    """The original's parsing of an LLM's answer: split on commas, strip, and drop
+    fragments of two characters or fewer."""
+    if not isinstance(response, str):
+        raise TypeError(f"llm.{method} returned {type(response).__name__}, expected str")
+    fragments = (part.strip() for part in response.split(","))
+    return [ExtractedEntity(part) for part in fragments if len(part) > 2]
+
+
+async def extract_async(extractor: Extractor, text: str, executor: Executor | None) -> Any:
+    """Run an extractor from async code: its ``aextract`` (or an ``extract`` that is a
+    coroutine function) awaited on the event loop; a synchronous one on ``executor``'s
+    threads, never on the event loop itself."""
+    aextract = getattr(extractor, "aextract", None)
+    if aextract is not None and getattr(extractor, "is_async", True):
+        return await aextract(text)
+    if inspect.iscoroutinefunction(extractor.extract):
+        return await extractor.extract(text)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(executor, extractor.extract, text)
 
 
 class StanzaExtractor:
@@ -223,23 +257,50 @@ class ExtractionService:
     def extract(self, text: str, extractor: Extractor | None = None) -> ExtractionResult:
         """Entities in ``text`` by ``extractor`` (else the service's own); blank text is
         skipped without calling any model."""
+        extractor, name = self._named(extractor)
+        if not text.strip():
+            return ExtractionResult((), name, "skipped")
+        started = time.perf_counter()
+        try:
+            found = extractor.extract(text)
+        except Exception as exc:  # extraction must never break a chat turn
+            return self._failed(name, exc, started)
+        return self._result(name, found, started)
+
+    async def aextract(
+        self, text: str, extractor: Extractor | None = None, executor: Executor | None = None
+    ) -> ExtractionResult:
+        """:meth:`extract` from async code (:func:`extract_async`): an async LLM or
+        extractor is awaited, a synchronous one runs on ``executor``. Cancellation goes
+        through; every other failure is a failed result, as in :meth:`extract`."""
+        extractor, name = self._named(extractor)
+        if not text.strip():
+            return ExtractionResult((), name, "skipped")
+        started = time.perf_counter()
+        try:
+            found = await extract_async(extractor, text, executor)
+        except Exception as exc:  # extraction must never break a chat turn
+            return self._failed(name, exc, started)
+        return self._result(name, found, started)
+
+    def _named(self, extractor: Extractor | None) -> tuple[Extractor, str]:
         extractor = extractor or self.extractor
         if extractor is None:
             raise ValueError("no extractor given")
-        extractor_name = _label(str(getattr(extractor, "name", type(extractor).__name__)))
-        if not text.strip():
-            return ExtractionResult((), extractor_name, "skipped")
-        started = time.perf_counter()
+        return extractor, _label(str(getattr(extractor, "name", type(extractor).__name__)))
+
+    def _result(self, name: str, found: Any, started: float) -> ExtractionResult:
         try:
-            entities = _coerce(extractor.extract(text))
-        except Exception as exc:  # extraction must never break a chat turn
-            error = _storable(f"{type(exc).__name__}: {exc}", MAX_ERROR_LENGTH)
-            self._record_failure(error)
-            return ExtractionResult(
-                (), extractor_name, "failed", error, time.perf_counter() - started
-            )
+            entities = _coerce(found)
+        except Exception as exc:
+            return self._failed(name, exc, started)
         kept = tuple(entity for entity in entities if self._acceptable(entity))
-        return ExtractionResult(kept, extractor_name, "ok", None, time.perf_counter() - started)
+        return ExtractionResult(kept, name, "ok", None, time.perf_counter() - started)
+
+    def _failed(self, name: str, exc: Exception, started: float) -> ExtractionResult:
+        error = _storable(f"{type(exc).__name__}: {exc}", MAX_ERROR_LENGTH)
+        self._record_failure(error)
+        return ExtractionResult((), name, "failed", error, time.perf_counter() - started)
 
     def _record_failure(self, error: str) -> None:
         with self._lock:

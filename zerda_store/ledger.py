@@ -6,17 +6,17 @@ if extraction had worked the first time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from .attachment import Attachment
 from .driver import compile_statement
 from .engine import Store
 from .queries import param, session_param
 from .records import Mention, NewTurn, Outcome, PendingTurn
-from .repository import Attachment
 from .rows import ledger_values, pending_turn
 from .schema import extractions, turns
 from .statements import TurnStatements
@@ -81,12 +81,18 @@ class Ledger:
 
     def failed_turns(self, session_id: str | None = None) -> list[PendingTurn]:
         """Turns whose extraction failed, in turn order (of one session, or of all)."""
+        return [pending_turn(row) for row in self.store.read(self._failed(session_id))]
+
+    async def afailed_turns(self, session_id: str | None = None) -> list[PendingTurn]:
+        """:meth:`failed_turns`, awaited."""
+        return [pending_turn(row) for row in await self.store.aread(self._failed(session_id))]
+
+    def _failed(self, session_id: str | None) -> Callable[[Transaction], list[Any]]:
         if session_id is None:
             statement, values = self._statements.failed, {}
         else:
             statement, values = self._statements.failed_in_session, {"session_id": session_id}
-        rows = self.store.read(lambda transaction: transaction.run(statement, values))
-        return [pending_turn(row) for row in rows]
+        return lambda transaction: transaction.run(statement, values)
 
     def repair_turn(
         self, turn: PendingTurn, mentions: Sequence[Mention], outcome: Outcome, at: float
@@ -94,6 +100,17 @@ class Ledger:
         """Record a new extraction of a failed turn; if it worked, attach its entities and
         snippets in the turn's own place. False if the turn is no longer waiting (another
         process repaired it, or it was deleted)."""
+        return self.store.write(*self._repair(turn, mentions, outcome, at))
+
+    async def arepair_turn(
+        self, turn: PendingTurn, mentions: Sequence[Mention], outcome: Outcome, at: float
+    ) -> bool:
+        """:meth:`repair_turn`, awaited."""
+        return await self.store.awrite(*self._repair(turn, mentions, outcome, at))
+
+    def _repair(
+        self, turn: PendingTurn, mentions: Sequence[Mention], outcome: Outcome, at: float
+    ) -> tuple[Callable[[Transaction], bool], SessionLock]:
         statements = self._statements
         rebuilt = NewTurn(turn.input_text, turn.output_text, mentions, turn.created_at)
         attach = outcome.status == "ok" and bool(mentions)
@@ -110,4 +127,4 @@ class Ledger:
             transaction.count(statements.record_attempt, attempt)
             return True
 
-        return self.store.write(work, SessionLock(turn.session_id))
+        return work, SessionLock(turn.session_id)

@@ -6,7 +6,6 @@ repository call. No SQL lives here.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
@@ -16,6 +15,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from . import migrate
+from .async_memory import AsyncMemory
 from .engine import Store
 from .erasure import Erasure
 from .extraction import (
@@ -27,29 +27,27 @@ from .extraction import (
     StanzaExtractor,
 )
 from .ledger import Ledger
+from .memory_parts import RECALL_LIMIT, checked_key, entity_info, outcome
 from .names import UNKNOWN_TYPE, name_key
+from .policy_cache import PolicyCache
 from .pruning import Pruner
 from .records import (
     EntityRecord,
     ForgetReceipt,
     Mention,
     NewTurn,
-    Outcome,
+    SessionStats,
     turn_text,
 )
 from .repository import Repository
-from .retention import Policies, PolicyCache, Visibility, describe, make_rule
+from .retention import Policies, Visibility, describe, make_rule
 from .schema import ANY_SCOPE
 from .validation import (
-    MAX_IDEMPOTENCY_KEY_LENGTH,
-    checked_identifier,
     checked_session_id,
     checked_text,
     mapping_text,
 )
 from .views import ChatMemoryView, Entity, EntityStoreView
-
-RECALL_LIMIT = 3
 
 DEFAULT_TEMPLATES = {"ar": "معلومات سابقة عن {name}:"}
 ENGLISH_TEMPLATE = "Previous information about {name}:"
@@ -60,16 +58,13 @@ def default_entity_info_template(lang: str) -> str:
     return DEFAULT_TEMPLATES.get(lang, ENGLISH_TEMPLATE)
 
 
-def _outcome(result: ExtractionResult) -> Outcome:
-    return Outcome(result.extractor, result.status, result.error, result.latency)
-
-
-class ConversationEntityMemory:
+class ConversationEntityMemory(AsyncMemory):
     """Entity memory for a chat assistant, kept in SQLite or Postgres.
 
     The original's constructor arguments come first, in the same order; the keyword-only
     ones choose the database (``database_url`` or a shared ``store``), the conversation
-    (``session_id``) and the deliberate differences from the original.
+    (``session_id``) and the deliberate differences from the original. Every call has an
+    awaitable twin (``asave_context``, ``aload_memory_variables``, ...: :class:`AsyncMemory`).
     """
 
     def __init__(
@@ -212,12 +207,6 @@ class ConversationEntityMemory:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> ConversationEntityMemory:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        self.close()
-
     # -- extraction -----------------------------------------------------------------------
 
     def _current_extractor(self) -> Extractor:
@@ -248,18 +237,28 @@ class ConversationEntityMemory:
 
     # -- the original API ---------------------------------------------------------------
 
+    def _texts(self, inputs: object, outputs: object) -> tuple[str, str]:
+        return (
+            mapping_text(inputs, self.input_key, "inputs"),
+            mapping_text(outputs, self.output_key, "outputs"),
+        )
+
     def _turn(self, inputs: object, outputs: object, idempotency_key: str | None) -> NewTurn:
         self.store.check_writable()  # before extraction: no model call for a refused write
-        input_text = mapping_text(inputs, self.input_key, "inputs")
-        output_text = mapping_text(outputs, self.output_key, "outputs")
-        result = self._extract(turn_text(input_text, output_text))
+        texts = self._texts(inputs, outputs)
+        return self._new_turn(texts, self._extract(turn_text(*texts)), idempotency_key)
+
+    def _new_turn(
+        self, texts: tuple[str, str], result: ExtractionResult, idempotency_key: str | None
+    ) -> NewTurn:
+        input_text, output_text = texts
         return NewTurn(
             input_text,
             output_text,
             self._mentions(result),
             self._now(),
             idempotency_key,
-            _outcome(result),
+            outcome(result),
         )
 
     def save_context(
@@ -273,16 +272,13 @@ class ConversationEntityMemory:
 
         With ``idempotency_key``, a second call with the same key in this session does nothing.
         """
-        if idempotency_key is not None:
-            idempotency_key = checked_identifier(
-                idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY_LENGTH
-            )
-            mapping_text(inputs, self.input_key, "inputs")
-            mapping_text(outputs, self.output_key, "outputs")
-            if self._repository.has_turn(self.session_id, idempotency_key):
+        key = checked_key(idempotency_key)
+        if key is not None:
+            self._texts(inputs, outputs)
+            if self._repository.has_turn(self.session_id, key):
                 return
         self._expire_if_idle()
-        self._repository.save_turn(self.session_id, self._turn(inputs, outputs, idempotency_key))
+        self._repository.save_turn(self.session_id, self._turn(inputs, outputs, key))
 
     def save_contexts(self, pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> int:
         """Store many turns in one transaction, as a ``save_context`` loop would; returns
@@ -295,10 +291,11 @@ class ConversationEntityMemory:
     def load_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The recent snippets of every known entity the input mentions, as one string."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
-        mentions = self._mentions(self._extract(input_text))
-        recalled = self._repository.recall(
-            self.session_id, [mention.key for mention in mentions], RECALL_LIMIT, self._visible()
-        )
+        keys = [mention.key for mention in self._mentions(self._extract(input_text))]
+        recalled = self._repository.recall(self.session_id, keys, RECALL_LIMIT, self._visible())
+        return self._variables(recalled)
+
+    def _variables(self, recalled: list[tuple[EntityRecord, list[str]]]) -> dict[str, Any]:
         blocks = [
             self.entity_info_template.format(name=entity.name) + "\n" + "\n".join(snippets)
             for entity, snippets in recalled
@@ -311,7 +308,9 @@ class ConversationEntityMemory:
         self._erasure.clear(self.session_id)
 
     def get_memory_stats(self) -> dict[str, Any]:
-        stats = self._repository.stats(self.session_id, self._visible())
+        return self._stats(self._repository.stats(self.session_id, self._visible()))
+
+    def _stats(self, stats: SessionStats) -> dict[str, Any]:
         return {
             "type": "ConversationEntityMemory",
             "entity_count": stats.entity_count,
@@ -329,20 +328,10 @@ class ConversationEntityMemory:
 
     def get_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """What is known about one entity, or None if it is not tracked."""
-        details = self._repository.entity_details(
-            self.session_id, self._key(entity_name), RECALL_LIMIT, self._visible()
+        key = self._key(entity_name)
+        return entity_info(
+            self._repository.entity_details(self.session_id, key, RECALL_LIMIT, self._visible())
         )
-        if details is None:
-            return None
-        entity, count, recent = details
-        return {
-            "name": entity.name,
-            "type": entity.entity_type,
-            "contexts_count": count,
-            "first_seen": entity.first_seen,
-            "last_seen": entity.last_seen,
-            "recent_contexts": recent,
-        }
 
     def list_entities(self) -> list[str]:
         """Display names of the session's entities in first-seen order."""
@@ -368,20 +357,8 @@ class ConversationEntityMemory:
         for turn in self._ledger.failed_turns(self.session_id):
             result = self._extract(turn.text)
             recorded = self._ledger.repair_turn(
-                turn, self._mentions(result), _outcome(result), self._now()
+                turn, self._mentions(result), outcome(result), self._now()
             )
             if recorded:
                 counts["repaired" if result.status == "ok" else "failed"] += 1
         return counts
-
-    async def asave_context(
-        self,
-        inputs: Mapping[str, Any],
-        outputs: Mapping[str, Any],
-        *,
-        idempotency_key: str | None = None,
-    ) -> None:
-        await asyncio.to_thread(self.save_context, inputs, outputs, idempotency_key=idempotency_key)
-
-    async def aload_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        return await asyncio.to_thread(self.load_memory_variables, inputs)

@@ -15,103 +15,40 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from .attachment import Attachment, insert_turns, upsert_entities
 from .engine import Store
-from .names import UNKNOWN_TYPE
-from .queries import Queries, TurnReads
-from .records import EntityRecord, NewTurn, SessionStats, TurnRecord
+from .records import EntityRecord, NewTurn, SessionStats
 from .retention import Visibility
-from .rows import context_row, entity_record, new_outcome_row, new_turn_row, turn_record
-from .statements import PreparedInsert, TurnStatements
+from .rows import entity_record, new_outcome_row, new_turn_row
+from .statements import TurnStatements
+from .turn_history import PAGE_SIZE, TurnHistory
 from .unit_of_work import SessionLock, Transaction
-from .visible import VisibleQueries
 
-PAGE_SIZE = 500
+__all__ = ["PAGE_SIZE", "Attachment", "Repository", "insert_turns", "recalled", "upsert_entities"]
+
 T = TypeVar("T")
 
 
-class Attachment:
-    """The entities and snippets of saved turns, prepared for their counts before the
-    transaction: one upsert of the turns' entities (one row per key, in key order), then
-    one snippet per mention."""
-
-    def __init__(self, statements: TurnStatements, new_turns: Sequence[NewTurn]) -> None:
-        keys = {mention.key for turn in new_turns for mention in turn.mentions}
-        mentions = sum(len(turn.mentions) for turn in new_turns)
-        self._entities = statements.entities.prepare(len(keys)) if keys else None
-        self._contexts = statements.contexts.prepare(mentions)
-
-    def run(
-        self, transaction: Transaction, session_id: str, saved: list[tuple[int, NewTurn]]
-    ) -> None:
-        if self._entities is None:
-            return
-        first: dict[str, dict[str, Any]] = {}
-        for turn_id, turn in saved:
-            for position, mention in enumerate(turn.mentions):
-                row = first.get(mention.key)
-                if row is None:
-                    first[mention.key] = {
-                        "session_id": session_id,
-                        "name_key": mention.key,
-                        "name": mention.name,
-                        "entity_type": mention.entity_type,
-                        "first_seen": turn.created_at,
-                        "last_seen": turn.created_at,
-                        "first_turn_id": turn_id,
-                        "first_position": position,
-                    }
-                    continue
-                row["last_seen"] = max(row["last_seen"], turn.created_at)
-                if row["entity_type"] == UNKNOWN_TYPE:
-                    row["entity_type"] = mention.entity_type
-        entity_ids = upsert_entities(transaction, self._entities, list(first.values()))
-        snippets = [
-            context_row(
-                session_id,
-                entity_id=entity_ids[mention.key],
-                turn_id=turn_id,
-                turn_seq=turn_id,
-                text=turn.text,
-                created_at=turn.created_at,
-            )
-            for turn_id, turn in saved
-            for mention in turn.mentions
-        ]
-        self._contexts.run(transaction, snippets)
-
-
-def upsert_entities(
-    transaction: Transaction, upsert: PreparedInsert, rows: Sequence[dict[str, Any]]
-) -> dict[str, int]:
-    """Insert or update entities, in key order; their ids by key."""
-    ordered = sorted(rows, key=lambda row: row["name_key"])
-    return {row.name_key: int(row.id) for row in upsert.run(transaction, ordered)}
-
-
-def insert_turns(
-    transaction: Transaction, insert: PreparedInsert, rows: Sequence[dict[str, Any]]
-) -> list[int]:
-    """Insert turns; their new ids in the order of ``rows``. Ids grow in the order rows are
-    inserted within a statement (SQLite AUTOINCREMENT, a Postgres identity), so sorted ids
-    line up with the rows whatever order RETURNING gives them in."""
-    return sorted(int(row.id) for row in insert.run(transaction, rows))
-
-
-class Repository:
+class Repository(TurnHistory):
     """Saves and reads of one store's memories (one per memory; the statements are the
     store's)."""
 
     def __init__(self, store: Store) -> None:
-        self.store = store
+        super().__init__(store)
         self._statements = store.statements(TurnStatements)
-        self._queries = store.statements(Queries)
-        self._visible = store.statements(VisibleQueries)
 
     # -- writes -------------------------------------------------------------------------
 
     def save_turn(self, session_id: str, turn: NewTurn) -> int | None:
         """Store one turn with its entities and snippets; None if its idempotency key was
         already used in this session."""
+        return self.store.write(*self.save_turn_work(session_id, turn))
+
+    def save_turn_work(
+        self, session_id: str, turn: NewTurn
+    ) -> tuple[Callable[[Transaction], int | None], SessionLock]:
+        """The unit of work of one saved turn, its statements prepared, and its lock
+        (:meth:`save_turn`, and the async path's)."""
         insert_turn = self._statements.turn.prepare(1)
         attachment = Attachment(self._statements, [turn])
         insert_outcome = self._statements.outcomes.prepare(1)
@@ -126,7 +63,7 @@ class Repository:
             insert_outcome.run(transaction, [new_outcome_row(session_id, turn_id, turn)])
             return turn_id
 
-        return self.store.write(work, SessionLock(session_id))
+        return work, SessionLock(session_id)
 
     def save_turns(self, session_id: str, new_turns: Sequence[NewTurn]) -> list[int]:
         """Store many turns in one transaction, as a loop of :meth:`save_turn` would."""
@@ -174,14 +111,16 @@ class Repository:
 
     # -- reads --------------------------------------------------------------------------
     # ``visible``: the session's retention at this moment, or None without a policy (the
-    # reads are then exactly the plain ones).
-
-    def _one(self, statement: Any, values: dict[str, Any]) -> list[Any]:
-        return self.store.read(lambda transaction: transaction.run(statement, values))
+    # reads are then exactly the plain ones). A ``..._work`` method builds the unit of work
+    # that the sync read here and the async one (:mod:`async_repository`) both run.
 
     def has_turn(self, session_id: str, idempotency_key: str) -> bool:
+        return bool(self.store.read(self.has_turn_work(session_id, idempotency_key)))
+
+    def has_turn_work(self, session_id: str, idempotency_key: str) -> Callable[[Transaction], Any]:
         values = {"session_id": session_id, "idempotency_key": idempotency_key}
-        return bool(self._one(self._queries.turn_by_key, values))
+        statement = self._queries.turn_by_key
+        return lambda transaction: transaction.run(statement, values)
 
     def find_entity(
         self, session_id: str, key: str, visible: Visibility | None = None
@@ -219,31 +158,26 @@ class Repository:
     ) -> list[tuple[EntityRecord, list[str]]]:
         """The entities among ``keys`` that have snippets, in the order of ``keys``, each
         with its last ``limit`` snippets (oldest first). One statement, which sees one
-        snapshot by itself, with no transaction around it (on SQLite, one per
-        ``RECALL_CHUNK`` keys)."""
+        snapshot by itself (on SQLite, one per ``RECALL_CHUNK`` keys), with no
+        transaction around them."""
         unique = list(dict.fromkeys(keys))
-        rows: list[Any] = []
+        rows = self.store.read(self.recall_work(session_id, unique, limit, visible))
+        return recalled(rows, unique, visible)
+
+    def recall_work(
+        self, session_id: str, unique: list[str], limit: int, visible: Visibility | None
+    ) -> Callable[[Transaction], list[Any]]:
+        """The recall statements' rows (:func:`recalled` makes them the result)."""
         batches = self._statements.recall_batches(
             session_id, unique, limit, aged=visible is not None
         )
-        for statement, values in batches:
-            rows += self._one(statement, values)
-        if visible is not None:
-            rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
-        position = {key: i for i, key in enumerate(unique)}
-        rows.sort(key=lambda row: (position[row.name_key], row.turn_seq, row.context_id))
-        recalled: dict[str, tuple[EntityRecord, list[str]]] = {}
-        for row in rows:
-            entry = recalled.get(row.name_key)
-            if entry is None:
-                entry = recalled[row.name_key] = (entity_record(row), [])
-            entry[1].append(row.text)
-        if visible is not None:
+
+        def work(transaction: Transaction) -> list[Any]:
             return [
-                (entity, _newest(texts, visible.keep_last(entity.entity_type)))
-                for entity, texts in recalled.values()
+                row for statement, values in batches for row in transaction.run(statement, values)
             ]
-        return list(recalled.values())
+
+        return work
 
     def _recent(
         self,
@@ -295,6 +229,11 @@ class Repository:
         self, session_id: str, key: str, limit: int, visible: Visibility | None = None
     ) -> tuple[EntityRecord, int, list[str]] | None:
         """An entity, its snippet count and its last ``limit`` snippets, in one snapshot."""
+        return self.store.read(self.details_work(session_id, key, limit, visible), snapshot=True)
+
+    def details_work(
+        self, session_id: str, key: str, limit: int, visible: Visibility | None
+    ) -> Callable[[Transaction], tuple[EntityRecord, int, list[str]] | None]:
         queries = self._queries
 
         def work(transaction: Transaction) -> tuple[EntityRecord, int, list[str]] | None:
@@ -312,26 +251,46 @@ class Repository:
             count = transaction.run(queries.count_contexts, {"entity_id": entity.id})[0].count
             return entity, int(count), self._recent(transaction, entity.id, limit)
 
-        return self.store.read(work, snapshot=True)
+        return work
 
     def iter_entities(
         self, session_id: str, visible: Visibility | None = None
     ) -> Iterator[EntityRecord]:
         """The session's entities in first-seen order, fetched a page at a time."""
+        return itertools.chain.from_iterable(self._entity_pages(self._one, session_id, visible))
+
+    def entities_work(
+        self, session_id: str, visible: Visibility | None
+    ) -> Callable[[Transaction], list[EntityRecord]]:
+        """All the session's entities in first-seen order, read a page at a time on one
+        connection (the async path's :meth:`iter_entities`)."""
+
+        def work(transaction: Transaction) -> list[EntityRecord]:
+            pages = self._entity_pages(transaction.run, session_id, visible)
+            return list(itertools.chain.from_iterable(pages))
+
+        return work
+
+    def _entity_pages(
+        self,
+        run: Callable[[Any, dict[str, Any]], list[Any]],
+        session_id: str,
+        visible: Visibility | None,
+    ) -> Iterator[list[EntityRecord]]:
         values: dict[str, Any] = {"session_id": session_id, "limit": PAGE_SIZE}
         first, following = self._queries.entities_first_page, self._queries.entities_next_page
         if visible is not None:
             typed = self._visible.typed(len(visible.type_cutoffs))
             first, following = typed.entities_first_page, typed.entities_next_page
             values.update(visible.cutoff_values())
-        rows = self._one(first, values)
+        rows = run(first, values)
         while True:
-            yield from (entity_record(row) for row in rows)
+            yield [entity_record(row) for row in rows]
             if len(rows) < PAGE_SIZE:
                 return
             last = rows[-1]
             values.update(turn=last.first_turn_id, position=last.first_position, id=last.id)
-            rows = self._one(following, values)
+            rows = run(following, values)
 
     def count_entities(self, session_id: str, visible: Visibility | None = None) -> int:
         if visible is None:
@@ -342,27 +301,25 @@ class Repository:
             rows = self._one(typed.count_entities, values)
         return int(rows[0].count)
 
-    def _turn_reads(
-        self, session_id: str, visible: Visibility | None
-    ) -> tuple[TurnReads, dict[str, Any]]:
-        """The turn reads to use, and the values every one of them takes."""
-        if visible is None:
-            return self._queries.turn_reads, {"session_id": session_id}
-        return self._visible.turn_reads, {
-            "session_id": session_id,
-            "turn_cutoff": visible.turn_cutoff,
-        }
-
-    def count_turns(self, session_id: str, visible: Visibility | None = None) -> int:
-        reads, values = self._turn_reads(session_id, visible)
-        return int(self._one(reads.count, values)[0].count)
-
     def stats(self, session_id: str, visible: Visibility | None = None) -> SessionStats:
+        return self.store.read(self.stats_work(session_id, visible), snapshot=visible is not None)
+
+    def stats_work(
+        self, session_id: str, visible: Visibility | None
+    ) -> Callable[[Transaction], SessionStats]:
+        """The session's counts: one statement, or (under a policy) several in one
+        snapshot (read with ``snapshot=visible is not None``)."""
         if visible is None:
-            row = self._one(self._queries.stats, {"session_id": session_id})[0]
-            return SessionStats(
-                int(row.entity_count), int(row.message_count), int(row.total_contexts)
-            )
+            values = {"session_id": session_id}
+            statement = self._queries.stats
+
+            def plain(transaction: Transaction) -> SessionStats:
+                row = transaction.run(statement, values)[0]
+                return SessionStats(
+                    int(row.entity_count), int(row.message_count), int(row.total_contexts)
+                )
+
+            return plain
         typed = self._visible.typed(len(visible.type_cutoffs))
         reads, turn_values = self._turn_reads(session_id, visible)
 
@@ -375,101 +332,30 @@ class Repository:
             messages = int(transaction.run(reads.count, turn_values)[0].count)
             return SessionStats(len(counts), messages, snippets)
 
-        return self.store.read(work, snapshot=True)
+        return work
 
-    def turns_page(
-        self,
-        session_id: str,
-        offset: int,
-        limit: int,
-        *,
-        newest_first: bool = False,
-        visible: Visibility | None = None,
-    ) -> list[TurnRecord]:
-        """``limit`` turns from position ``offset``, in saved order (or counting from the
-        newest turn, for negative indexes)."""
-        reads, values = self._turn_reads(session_id, visible)
-        statement = reads.newest_first if newest_first else reads.page
-        values.update(offset=offset, limit=limit)
-        return [turn_record(row) for row in self._one(statement, values)]
 
-    def iter_turns(
-        self,
-        session_id: str,
-        *,
-        offset: int = 0,
-        count: int | None = None,
-        newest_first: bool = False,
-        visible: Visibility | None = None,
-    ) -> Iterator[TurnRecord]:
-        """``count`` turns (None: all the rest) from position ``offset`` in saved order, or
-        counting from the newest turn back, fetched a page at a time."""
-        pages = self._turn_pages(
-            self._one, session_id, offset, count, PAGE_SIZE, newest_first, visible
-        )
-        return itertools.chain.from_iterable(pages)
-
-    def turns_slice(
-        self, session_id: str, index: slice, visible: Visibility | None = None
-    ) -> list[TurnRecord]:
-        """The turns ``index`` picks, as the same slice of a list of the session's turns
-        would (any step; bounds negative or out of range), seen in one snapshot. The turns
-        from the first to the last one picked are read a page at a time."""
-        return self.store.read(
-            lambda transaction: self._slice(transaction, session_id, index, visible),
-            snapshot=True,
-        )
-
-    def _slice(
-        self,
-        transaction: Transaction,
-        session_id: str,
-        index: slice,
-        visible: Visibility | None,
-    ) -> list[TurnRecord]:
-        reads, values = self._turn_reads(session_id, visible)
-        count = transaction.run(reads.count, values)[0].count
-        positions = range(*index.indices(int(count)))
-        if not positions:
-            return []
-        stride = abs(positions.step)
-        span = (len(positions) - 1) * stride + 1
-        page_size = span if stride == 1 else PAGE_SIZE  # a step of 1 keeps all it reads
-        pages = self._turn_pages(
-            transaction.run, session_id, min(positions), span, page_size, False, visible
-        )
-        picked = list(itertools.islice(itertools.chain.from_iterable(pages), 0, None, stride))
-        return picked if positions.step > 0 else picked[::-1]
-
-    def _turn_pages(
-        self,
-        run: Callable[[Any, dict[str, Any]], list[Any]],
-        session_id: str,
-        offset: int,
-        count: int | None,
-        page_size: int,
-        newest_first: bool,
-        visible: Visibility | None = None,
-    ) -> Iterator[list[TurnRecord]]:
-        """Pages of ``count`` turns (None: to the end) from position ``offset``. Only the
-        first page is found by its offset; each next one by the id of the last turn seen,
-        so that the database never skips the turns before it again."""
-        reads, shared = self._turn_reads(session_id, visible)
-        if newest_first:
-            statement, following, key = reads.newest_first, reads.before, "before"
-        else:
-            statement, following, key = reads.page, reads.after, "after"
-        values: dict[str, Any] = {**shared, "offset": offset}
-        remaining = count
-        while remaining is None or remaining > 0:
-            limit = page_size if remaining is None else min(page_size, remaining)
-            rows = run(statement, {**values, "limit": limit})
-            yield [turn_record(row) for row in rows]
-            if len(rows) < limit:
-                return
-            if remaining is not None:
-                remaining -= limit
-            statement, values = following, {**shared, key: rows[-1].id}
+def recalled(
+    rows: list[Any], unique: list[str], visible: Visibility | None
+) -> list[tuple[EntityRecord, list[str]]]:
+    """Recall rows grouped by entity, in the order of the keys, snippets oldest first;
+    under a policy, only the snippets that show."""
+    if visible is not None:
+        rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
+    position = {key: i for i, key in enumerate(unique)}
+    rows.sort(key=lambda row: (position[row.name_key], row.turn_seq, row.context_id))
+    grouped: dict[str, tuple[EntityRecord, list[str]]] = {}
+    for row in rows:
+        entry = grouped.get(row.name_key)
+        if entry is None:
+            entry = grouped[row.name_key] = (entity_record(row), [])
+        entry[1].append(row.text)
+    if visible is not None:
+        return [
+            (entity, _newest(texts, visible.keep_last(entity.entity_type)))
+            for entity, texts in grouped.values()
+        ]
+    return list(grouped.values())
 
 
 def _newest(items: list[T], keep: int | None) -> list[T]:

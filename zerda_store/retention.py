@@ -10,9 +10,6 @@ rule's ``max_age``; ``session_idle`` is a rule for every type only.
 from __future__ import annotations
 
 import math
-import threading
-import time
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -263,9 +260,13 @@ class Policies:
 
     def effective(self, session_id: str) -> Policy | None:
         """The policy in effect for ``session_id`` (its own, else the default's)."""
+        return policy_from_rows(self.store.read(self.rules_work(session_id)), session_id)
+
+    def rules_work(self, session_id: str) -> Callable[[Transaction], list[Any]]:
+        """The rows of :meth:`effective` (the sync and the async policy caches read them)."""
         values = {"session_id": session_id, "default_scope": ANY_SCOPE}
-        rows = self.store.read(lambda t: t.run(self._statements.rules, values))
-        return policy_from_rows(rows, session_id)
+        statement = self._statements.rules
+        return lambda t: t.run(statement, values)
 
     def stored(self, scope: str) -> dict[str, Rule]:
         """The rows of one scope (a session id, or ``''`` for the default), by entity type
@@ -287,7 +288,7 @@ class Policies:
             transaction.count(self._statements.set_rule, values)
 
         self.store.write(work)
-        store_policies(self.store).forget()
+        _forget_cached(self.store)
 
     def clear(self, scope: str, entity_type: str | None = None) -> int:
         """Delete the rules of ``scope`` (one entity type's, or all); how many."""
@@ -297,7 +298,7 @@ class Policies:
             statement = self._statements.clear_rule
             values = {"session_id": scope, "entity_type": entity_type}
         cleared = self.store.write(lambda t: t.count(statement, values))
-        store_policies(self.store).forget()
+        _forget_cached(self.store)
         return cleared
 
     def last_activity(self, transaction: Transaction, session_id: str) -> float | None:
@@ -313,71 +314,10 @@ class Policies:
         return visibility(policy, now, last)
 
 
-class StorePolicies:
-    """One store's cache of the policies in effect, read again after ``seconds``: whether
-    the table holds any rule at all (with none, the common case, a memory made per request
-    costs no query), and each session's policy. A policy set or cleared through this store
-    takes effect at once; one set elsewhere within ``seconds``."""
+def _forget_cached(store: Store) -> None:
+    from .policy_cache import store_policies  # (the cache is built on this module)
 
-    def __init__(self, policies: Policies, seconds: float = POLICY_CACHE_SECONDS) -> None:
-        self._policies = policies
-        self._seconds = seconds
-        self._lock = threading.Lock()
-        self._any = False
-        self._any_read_at = -math.inf
-        self._by_session: dict[str, tuple[Policy | None, float]] = {}
-
-    def get(self, session_id: str) -> Policy | None:
-        now = time.monotonic()
-        if now - self._any_read_at >= self._seconds:
-            with self._lock:
-                if now - self._any_read_at >= self._seconds:
-                    statement = self._policies.any_rule
-                    rows = self._policies.store.read(lambda t: t.run(statement))
-                    self._any, self._any_read_at = bool(rows[0].found), time.monotonic()
-                    self._by_session.clear()
-        if not self._any:
-            return None
-        cached = self._by_session.get(session_id)
-        if cached is not None and now - cached[1] < self._seconds:
-            return cached[0]
-        policy = self._policies.effective(session_id)
-        if policy is not None and not policy.limits_anything:
-            policy = None
-        self._by_session[session_id] = (policy, time.monotonic())
-        return policy
-
-    def forget(self) -> None:
-        with self._lock:
-            self._any_read_at = -math.inf
-            self._by_session.clear()
-
-
-_STORE_POLICIES: weakref.WeakKeyDictionary[Store, StorePolicies] = weakref.WeakKeyDictionary()
-_STORE_POLICIES_LOCK = threading.Lock()
-
-
-def store_policies(store: Store) -> StorePolicies:
-    """The policy cache of ``store``, shared by every memory on it."""
-    with _STORE_POLICIES_LOCK:
-        cache = _STORE_POLICIES.get(store)
-        if cache is None:
-            cache = _STORE_POLICIES[store] = StorePolicies(Policies(store))
-        return cache
-
-
-class PolicyCache:
-    """A memory's view of its session's policy, through its store's cache."""
-
-    def __init__(self, policies: Policies, session_id: str) -> None:
-        self._cache = store_policies(policies.store)
-        self._session_id = session_id
-
-    def get(self) -> Policy | None:
-        return self._cache.get(self._session_id)
-
-    def forget(self) -> None:
-        self._cache.forget()
+    store_policies(store).forget()
 
 
 def session_lock(session_id: str) -> SessionLock:

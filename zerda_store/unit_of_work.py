@@ -17,10 +17,10 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
 from .driver import (
@@ -92,7 +92,7 @@ class Transaction:
         return self._cursor.execute_many(statement, values) if values else 0
 
 
-class _LostCommit(Exception):
+class LostCommit(Exception):
     """Raised inside one attempt: the connection died during COMMIT."""
 
     def __init__(self, error: DBAPIError) -> None:
@@ -100,12 +100,12 @@ class _LostCommit(Exception):
         self.error = error
 
 
-def _retryable_write(error: DBAPIError) -> bool:
+def retryable_write(error: DBAPIError) -> bool:
     sqlstate = getattr(error.orig, "sqlstate", None)
     return sqlstate in _RETRYABLE_SQLSTATES or error.connection_invalidated
 
 
-def _retryable_read(error: DBAPIError) -> bool:
+def retryable_read(error: DBAPIError) -> bool:
     return error.connection_invalidated
 
 
@@ -113,20 +113,12 @@ def write(store: Store, work: Callable[[Transaction], T], lock: SessionLock | No
     """Run ``work`` in one write transaction, again from scratch after a deadlock, a
     serialization failure or a connection lost before the commit. A connection lost during
     the COMMIT itself is not retried: the server may have committed."""
-    locks = (
-        store.statements(SessionLockStatements) if lock and store.dialect == "postgresql" else None
+    locked_work = locked(store, work, lock)
+    return _with_retries(
+        store,
+        lambda: attempt(store, locked_work, write=True, snapshot=False),
+        retryable_write,
     )
-
-    def attempt() -> T:
-        def locked_work(transaction: Transaction) -> T:
-            if locks is not None and lock is not None:
-                statement = locks.exclusive if lock.exclusive else locks.shared
-                transaction.run(statement, {"session_id": lock.session_id})
-            return work(transaction)
-
-        return _attempt(store, locked_work, write=True, snapshot=False)
-
-    return _with_retries(store, attempt, _retryable_write)
 
 
 def read(store: Store, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
@@ -135,8 +127,61 @@ def read(store: Store, work: Callable[[Transaction], T], *, snapshot: bool = Fal
     with it, every statement sees the same snapshot. Run again on a fresh connection if the
     pooled one turned out dead."""
     return _with_retries(
-        store, lambda: _attempt(store, work, write=False, snapshot=snapshot), _retryable_read
+        store, lambda: attempt(store, work, write=False, snapshot=snapshot), retryable_read
     )
+
+
+def locked(
+    store: Store, work: Callable[[Transaction], T], lock: SessionLock | None
+) -> Callable[[Transaction], T]:
+    """``work`` preceded, on Postgres, by taking its session's advisory lock."""
+    if lock is None or store.dialect != "postgresql":
+        return work
+    locks = store.statements(SessionLockStatements)
+    statement = locks.exclusive if lock.exclusive else locks.shared
+    values = {"session_id": lock.session_id}
+
+    def locked_work(transaction: Transaction) -> T:
+        transaction.run(statement, values)
+        return work(transaction)
+
+    return locked_work
+
+
+def failure(
+    store: Store, error: Exception, number: int, retryable: Callable[[DBAPIError], bool]
+) -> BaseException | None:
+    """What a failed attempt number ``number`` raises (zerda_store's error for a lost
+    commit, a lock timeout or a refused write, else the driver's), or None when it runs again. Shared by
+    the sync and the async units of work."""
+    if isinstance(error, LostCommit):
+        raised: BaseException = CommitOutcomeUnknownError(
+            f"the connection to {store.safe_url} was lost during a commit: the write may "
+            "or may not be stored (pass idempotency_key= to make a retry safe)"
+        )
+        raised.__cause__ = error.error
+        return raised
+    assert isinstance(error, DBAPIError)
+    if error.orig is not None and is_lock_timeout(store.engine.dialect, error.orig):
+        raised = store.lock_timeout_error(error)
+        raised.__suppress_context__ = True
+        return raised
+    if error.orig is not None and is_read_only_refusal(store.engine.dialect, error.orig):
+        raised = ReadOnlyStoreError(
+            f"{store.location} refuses writes ({store.describe(error)}): nothing was written"
+        )
+        raised.__suppress_context__ = True
+        return raised
+    if number == WRITE_ATTEMPTS or not retryable(error):
+        return error
+    logger.warning("running a unit of work again after %s", type(error.orig).__name__)
+    return None
+
+
+def backoff(number: int) -> float:
+    """Seconds to wait before attempt ``number + 1``: two turns that just deadlocked should
+    not collide again at once."""
+    return random.uniform(0, 0.01 * 2**number)
 
 
 def _with_retries(
@@ -145,23 +190,13 @@ def _with_retries(
     for number in range(1, WRITE_ATTEMPTS + 1):
         try:
             return attempt()
-        except _LostCommit as lost:
-            raise CommitOutcomeUnknownError(
-                f"the connection to {store.safe_url} was lost during a commit: the write may "
-                "or may not be stored (pass idempotency_key= to make a retry safe)"
-            ) from lost.error
-        except DBAPIError as exc:
-            if exc.orig is not None and is_lock_timeout(store.engine.dialect, exc.orig):
-                raise store.lock_timeout_error(exc) from None
-            if exc.orig is not None and is_read_only_refusal(store.engine.dialect, exc.orig):
-                raise ReadOnlyStoreError(
-                    f"{store.location} refuses writes ({store.describe(exc)}): nothing was written"
-                ) from None
-            if number == WRITE_ATTEMPTS or not retryable(exc):
+        except (LostCommit, DBAPIError) as exc:
+            raised = failure(store, exc, number, retryable)
+            if raised is exc:
                 raise
-            logger.warning("running a unit of work again after %s", type(exc.orig).__name__)
-            # Two turns that just deadlocked should not collide again at once.
-            time.sleep(random.uniform(0, 0.01 * 2**number))
+            if raised is not None:
+                raise raised from raised.__cause__
+        time.sleep(backoff(number))
     raise AssertionError("unreachable")
 
 
@@ -178,14 +213,36 @@ def _begin(cursor: Cursor, dialect: str, *, write: bool, snapshot: bool) -> None
         cursor.execute_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 
-def _attempt(store: Store, work: Callable[[Transaction], T], *, write: bool, snapshot: bool) -> T:
+class Connections(Protocol):
+    """Where an attempt takes its connection: the :class:`Store` itself (the sync pool),
+    or the store's async pool (:mod:`async_unit_of_work`), whose driver calls the attempt
+    runs inside a greenlet."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def dialect(self) -> str: ...
+
+    def borrow(self) -> Any: ...
+
+    def give_back(self, connection: Any, *, reusable: bool) -> None: ...
+
+    def drop_connections(self) -> None: ...
+
+
+def attempt(
+    connections: Connections, work: Callable[[Transaction], T], *, write: bool, snapshot: bool
+) -> T:
     """One attempt of ``work`` on a pooled driver connection. Driver errors come out as
     SQLAlchemy's :class:`DBAPIError` subclasses; after a lost connection the pool's other
-    connections are dropped too (they are most likely gone with it)."""
-    dialect = store.engine.dialect
-    connection = store.borrow()
+    connections are dropped too (they are most likely gone with it). Anything else (a
+    cancelled task, for one) rolls back: the connection goes back to the pool, which
+    rolls back whatever is left open."""
+    dialect = connections.engine.dialect
+    connection = connections.borrow()
     cursor = None
-    autocommit = not write and not snapshot and store.dialect == "postgresql"
+    autocommit = not write and not snapshot and connections.dialect == "postgresql"
     committing = False
     clean = False
     try:
@@ -193,7 +250,7 @@ def _attempt(store: Store, work: Callable[[Transaction], T], *, write: bool, sna
             connection.dbapi_connection.autocommit = True
         cursor = connection.cursor()
         driver = Cursor(dialect, cursor)
-        _begin(driver, store.dialect, write=write, snapshot=snapshot)
+        _begin(driver, connections.dialect, write=write, snapshot=snapshot)
         result = work(Transaction(driver))
         if write:
             committing = True
@@ -206,7 +263,7 @@ def _attempt(store: Store, work: Callable[[Transaction], T], *, write: bool, sna
         lost = dialect.is_disconnect(orig, connection.dbapi_connection, cursor)
         if lost:
             connection.invalidate(orig)
-            store.drop_connections()
+            connections.drop_connections()
         error = cast(
             DBAPIError,
             DBAPIError.instance(
@@ -219,13 +276,15 @@ def _attempt(store: Store, work: Callable[[Transaction], T], *, write: bool, sna
             ),
         )
         if committing and lost:
-            raise _LostCommit(error) from orig
+            raise LostCommit(error) from orig
         raise error from orig
     finally:
-        _give_back(store, connection, cursor, autocommit, clean)
+        _give_back(connections, connection, cursor, autocommit, clean)
 
 
-def _give_back(store: Store, connection: Any, cursor: Any, autocommit: bool, clean: bool) -> None:
+def _give_back(
+    connections: Connections, connection: Any, cursor: Any, autocommit: bool, clean: bool
+) -> None:
     """Give a driver-level connection back: kept for the next unit of work if the attempt
     left no transaction open, else to the pool, which rolls back whatever is left; one that
     cannot be reset is dropped instead."""
@@ -237,4 +296,4 @@ def _give_back(store: Store, connection: Any, cursor: Any, autocommit: bool, cle
     except Exception as exc:
         connection.invalidate(exc)
         clean = False
-    store.give_back(connection, reusable=clean and connection.is_valid)
+    connections.give_back(connection, reusable=clean and connection.is_valid)
