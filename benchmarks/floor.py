@@ -50,7 +50,7 @@ UPSERT_SET = ", ".join(
         " THEN excluded.entity_type ELSE entities.entity_type END",
     ]
 )
-INSERT_CONTEXT_COLUMNS = "session_id, entity_id, turn_id, turn_seq, text"
+INSERT_CONTEXT_COLUMNS = "session_id, entity_id, turn_id, turn_seq, text, created_at"
 INSERT_LEDGER = (
     "INSERT INTO extractions (session_id, turn_id, extractor, status, error, latency_ms,"
     " entity_count, attempts, updated_at) VALUES (?, ?, 'llm', 'ok', NULL, 0.0, ?, 1, ?)"
@@ -74,7 +74,7 @@ def upsert_entities_sql(row_count: int) -> str:
 
 @functools.cache
 def insert_contexts_sql(row_count: int) -> str:
-    return f"INSERT INTO contexts ({INSERT_CONTEXT_COLUMNS}) VALUES {_values(row_count, 5)}"
+    return f"INSERT INTO contexts ({INSERT_CONTEXT_COLUMNS}) VALUES {_values(row_count, 6)}"
 
 
 @functools.cache
@@ -162,7 +162,7 @@ class SqliteFloor(Floor):
         text = turn.text
         db.executemany(
             insert_contexts_sql(1),
-            [(session_id, by_key[KEYS[name]], turn_id, turn_id, text) for name in turn.names],
+            [(session_id, by_key[KEYS[name]], turn_id, turn_id, text, at) for name in turn.names],
         )
         if self.ledger:
             db.execute(INSERT_LEDGER, (session_id, turn_id, len(turn.names), at))
@@ -231,7 +231,7 @@ class PostgresFloor(Floor):
         text = turn.text
         snippets: list[Any] = []
         for name in turn.names:
-            snippets += [session_id, by_key[KEYS[name]], turn_id, turn_id, text]
+            snippets += [session_id, by_key[KEYS[name]], turn_id, turn_id, text, at]
         cursor.execute(self._pg(insert_contexts_sql(len(turn.names))), snippets)
         if self.ledger:
             cursor.execute(self._pg(INSERT_LEDGER), (session_id, turn_id, len(turn.names), at))

@@ -102,9 +102,9 @@ def _fill_statements(numbers: str, postgres: bool) -> list[str]:
         f" SELECT entity_id, :session, lower({name}), {name}, 'unknown',"
         " 1700000000.0 + min(t), 1700000000.0 + max(t), min(t * 3 + p) / 3, min(t * 3 + p) % 3"
         " FROM snips GROUP BY entity_id",
-        "INSERT INTO contexts (id, session_id, entity_id, turn_id, turn_seq, text)"
+        "INSERT INTO contexts (id, session_id, entity_id, turn_id, turn_seq, text, created_at)"
         f" SELECT (t - 1) * 3 + p + 1, :session, entity_id, t, t, 'Turn ' || t || ': ' ||"
-        f" '{FILLER}' FROM snips ORDER BY t, p",
+        f" '{FILLER}', 1700000000.0 + t FROM snips ORDER BY t, p",
         "DROP TABLE snips",
     ]
     if postgres:

@@ -151,8 +151,15 @@ def upgrade(store: Store, revision: str = "head") -> None:
         command.upgrade(alembic_config(connection), revision)
 
 
+def _schema_chosen(store: Store) -> bool:
+    """Whether the schema to create in was chosen: ``schema=``, or a search_path in the
+    URL's options (``?options=-csearch_path%3Dname``)."""
+    options = store.url.query.get("options", "")
+    return store.schema is not None or "search_path" in str(options)
+
+
 def _prepare_new_schema(store: Store, found: Survey) -> None:
-    if found.elsewhere and store.schema is None:
+    if found.elsewhere and not _schema_chosen(store):
         raise hidden_schema_error(store, found)
     if store.dialect == "postgresql" and found.current_schema is None and store.schema is None:
         raise SchemaNotCurrentError(
