@@ -213,3 +213,13 @@ def test_a_schema_must_be_a_plain_lower_case_identifier(schema):
 def test_a_sqlite_store_takes_no_schema(sqlite_url):
     with pytest.raises(StoreError, match="Postgres only"):
         Store(sqlite_url, schema="zerda")
+
+
+@pytest.mark.postgres
+def test_a_search_path_in_the_url_chooses_where_db_upgrade_creates_tables(hidden_schema_url):
+    before = tables_by_schema(hidden_schema_url)
+    run(hidden_schema_url, "CREATE SCHEMA tenant3")
+    succeeded(invoke(with_search_path(hidden_schema_url, "tenant3"), "db", "upgrade"))
+
+    created = tables_by_schema(hidden_schema_url) - before
+    assert {schema for schema, _ in created} == {"tenant3"}
