@@ -260,7 +260,7 @@ def attempt(
         clean = True
         return result
     except dialect.loaded_dbapi.Error as orig:
-        lost = dialect.is_disconnect(orig, connection.dbapi_connection, cursor)
+        lost = _is_lost(dialect, orig, connection.dbapi_connection, cursor)
         if lost:
             connection.invalidate(orig)
             connections.drop_connections()
@@ -297,3 +297,15 @@ def _give_back(
         connection.invalidate(exc)
         clean = False
     connections.give_back(connection, reusable=clean and connection.is_valid)
+
+
+def _is_lost(dialect: Any, error: BaseException, dbapi_connection: Any, cursor: Any) -> bool:
+    """Whether ``error`` lost the connection: the dialect's list of messages, or a driver
+    connection that reports itself closed or broken (psycopg says "connection socket
+    closed" for a peer that went away before the statement was sent, which SQLAlchemy's
+    list does not name)."""
+    if dialect.is_disconnect(error, dbapi_connection, cursor):
+        return True
+    return bool(
+        getattr(dbapi_connection, "broken", False) or getattr(dbapi_connection, "closed", False)
+    )
