@@ -71,9 +71,11 @@ def test_disposing_the_engine_drops_the_kept_connections(database_url):
     with Store(database_url) as store:
         _save(ConversationEntityMemory(FixedLLM("Sarah"), store=store), "one")
         kept = store.borrow()
+        driver_connection = kept.dbapi_connection
         store.give_back(kept, reusable=True)
         store.engine.dispose()
-        assert store.borrow().dbapi_connection is not kept.dbapi_connection
+        assert not kept.is_valid  # dropped, not left open beside the new pool
+        assert store.borrow().dbapi_connection is not driver_connection
 
 
 def test_a_failed_unit_of_work_leaves_no_transaction_open(database_url):
