@@ -20,11 +20,12 @@ from .engine import Store
 from .errors import SessionNotEmptyError
 from .importing import Importer
 from .ledger import Ledger
+from .names import KeyRules
 from .pruning import Pruner
 from .records import PendingTurn
-from .repository import PAGE_SIZE
+from .repository import PAGE_SIZE, Repository
 from .retention import Policies, describe, make_rule
-from .schema import ANY_SCOPE, contexts, entities, extractions, turns
+from .schema import ANY_SCOPE, contexts, entities, entity_aliases, extractions, turns
 from .validation import checked_session_id, checked_text
 
 
@@ -153,12 +154,23 @@ class AdminRepository:
                 contexts.c.id,
             )
         )
+        aliases = (
+            sa.select(
+                entity_aliases.c.entity_id,
+                entity_aliases.c.alias,
+                entity_aliases.c.source,
+                entity_aliases.c.created_at,
+            )
+            .where(entity_aliases.c.session_id == session_id)
+            .order_by(entity_aliases.c.id)
+        )
         with self.store.query() as connection:
             streaming = connection.execution_options(yield_per=PAGE_SIZE)
             for kind, query in (
                 ("turn", with_ledger),
                 ("entity", in_first_seen_order),
                 ("context", snippets),
+                ("alias", aliases),
             ):
                 for row in streaming.execute(query):
                     yield {"kind": kind, **row._asdict()}
@@ -221,12 +233,21 @@ class AdminRepository:
         return Ledger(self.store).failed_turns(session_id)
 
     def import_session(
-        self, session_id: str, records: Iterable[dict[str, Any]], *, merge: bool = False
+        self,
+        session_id: str,
+        records: Iterable[dict[str, Any]],
+        *,
+        merge: bool = False,
+        key_rules: KeyRules | None = None,
     ) -> dict[str, int]:
         """Write exported records into a session in one transaction (see
         :meth:`Importer.import_session`); without ``merge`` a session that holds data is
         refused with :class:`SessionNotEmptyError`."""
-        return self._importer.import_session(session_id, records, merge=merge)
+        return self._importer.import_session(session_id, records, merge=merge, key_rules=key_rules)
+
+    def key_rules(self, session_id: str) -> KeyRules | None:
+        """The key rules the session was keyed with (None if none is recorded)."""
+        return Repository(self.store).key_rules(session_id)
 
     def copy_to(
         self,
@@ -246,7 +267,9 @@ class AdminRepository:
         copied = skipped = 0
         for session_id in progress(ids):
             try:
-                destination.import_session(session_id, _Export(self, session_id))
+                destination.import_session(
+                    session_id, _Export(self, session_id), key_rules=self.key_rules(session_id)
+                )
             except SessionNotEmptyError:
                 skipped += 1
                 continue

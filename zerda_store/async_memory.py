@@ -94,9 +94,9 @@ class AsyncMemory:
         """:meth:`load_memory_variables`, awaited."""
         memory = _memory(self)
         input_text = mapping_text(inputs, memory.input_key, "inputs")
-        keys = [mention.key for mention in memory._mentions(await memory._aextract(input_text))]
+        mentions = memory._mentions(await memory._aextract(input_text))
         recalled = await memory._async_repository().recall(
-            memory.session_id, keys, RECALL_LIMIT, await memory._avisible()
+            memory.session_id, mentions, RECALL_LIMIT, await memory._avisible()
         )
         return memory._variables(recalled)
 
@@ -114,10 +114,10 @@ class AsyncMemory:
     async def aget_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """:meth:`get_entity_info`, awaited."""
         memory = _memory(self)
-        key = memory._key(entity_name)
+        mention = memory._named(entity_name)
         visible = await memory._avisible()
         details = await memory._async_repository().entity_details(
-            memory.session_id, key, RECALL_LIMIT, visible
+            memory.session_id, mention, RECALL_LIMIT, visible
         )
         return entity_info(details)
 

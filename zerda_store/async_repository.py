@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .records import EntityRecord, NewTurn, SessionStats
+from .records import EntityRecord, Mention, NewTurn, SessionStats
 from .repository import Repository, recalled
 from .retention import Visibility
 
@@ -30,18 +30,18 @@ class AsyncRepository:
         return bool(await self.store.aread(work))
 
     async def recall(
-        self, session_id: str, keys: Sequence[str], limit: int, visible: Visibility | None
+        self, session_id: str, mentions: Sequence[Mention], limit: int, visible: Visibility | None
     ) -> list[tuple[EntityRecord, list[str]]]:
         """:meth:`Repository.recall`, awaited."""
-        unique = list(dict.fromkeys(keys))
-        work = self._repository.recall_work(session_id, unique, limit, visible)
-        return recalled(await self.store.aread(work), unique, visible)
+        work = self._repository.recall_work(session_id, mentions, limit, visible)
+        rows, unique = await self.store.aread(work)
+        return recalled(rows, unique, visible)
 
     async def entity_details(
-        self, session_id: str, key: str, limit: int, visible: Visibility | None
-    ) -> tuple[EntityRecord, int, list[str]] | None:
+        self, session_id: str, mention: Mention, limit: int, visible: Visibility | None
+    ) -> tuple[EntityRecord, int, list[str], list[str]] | None:
         """:meth:`Repository.entity_details`, awaited."""
-        work = self._repository.details_work(session_id, key, limit, visible)
+        work = self._repository.details_work(session_id, mention, limit, visible)
         return await self.store.aread(work, snapshot=True)
 
     async def list_entities(

@@ -8,7 +8,8 @@ from typing import Any
 
 from .names import UNKNOWN_TYPE
 from .records import NewTurn
-from .rows import context_row
+from .resolution import Resolver
+from .rows import context_row, entity_row
 from .statements import PreparedInsert, TurnStatements
 from .unit_of_work import Transaction
 
@@ -16,43 +17,68 @@ from .unit_of_work import Transaction
 class Attachment:
     """The entities and snippets of saved turns, prepared for their counts before the
     transaction: one upsert of the turns' entities (one row per key, in key order), then
-    one snippet per mention."""
+    one snippet per entity per turn. With a :class:`Resolver`, a mention that names an
+    existing entity under another key (an alias, a titled form) joins that entity, so
+    fewer rows may be written (their statements compiled beforehand too)."""
 
-    def __init__(self, statements: TurnStatements, new_turns: Sequence[NewTurn]) -> None:
-        keys = {mention.key for turn in new_turns for mention in turn.mentions}
+    def __init__(
+        self,
+        statements: TurnStatements,
+        new_turns: Sequence[NewTurn],
+        resolver: Resolver | None = None,
+    ) -> None:
+        keys = len({mention.key for turn in new_turns for mention in turn.mentions})
         mentions = sum(len(turn.mentions) for turn in new_turns)
-        self._entities = statements.entities.prepare(len(keys)) if keys else None
+        self._resolver = resolver
+        self._statements = statements
+        self._counts = (keys, mentions)
+        self._entities = statements.entities.prepare(keys) if keys else None
         self._contexts = statements.contexts.prepare(mentions)
+        if resolver is not None and keys:
+            # Joins write fewer rows than prepared: their statements are compiled now, so
+            # that none is compiled inside the transaction (each size once per store).
+            statements.entities.compile_all()
+            statements.contexts.compile_all()
 
     def run(
         self, transaction: Transaction, session_id: str, saved: list[tuple[int, NewTurn]]
     ) -> None:
         if self._entities is None:
             return
+        mentions = [mention for _, turn in saved for mention in turn.mentions]
+        targets = (
+            self._resolver.targets(transaction, session_id, mentions) if self._resolver else {}
+        )
         first: dict[str, dict[str, Any]] = {}
         for turn_id, turn in saved:
             for position, mention in enumerate(turn.mentions):
-                row = first.get(mention.key)
+                key = targets.get(mention.key, mention.key)
+                row = first.get(key)
                 if row is None:
-                    first[mention.key] = {
-                        "session_id": session_id,
-                        "name_key": mention.key,
-                        "name": mention.name,
-                        "entity_type": mention.entity_type,
-                        "first_seen": turn.created_at,
-                        "last_seen": turn.created_at,
-                        "first_turn_id": turn_id,
-                        "first_position": position,
-                    }
+                    first[key] = entity_row(
+                        session_id,
+                        name_key=key,
+                        core_key=mention.core_key,
+                        name=mention.name,
+                        entity_type=mention.entity_type,
+                        first_seen=turn.created_at,
+                        last_seen=turn.created_at,
+                        first_turn_id=turn_id,
+                        first_position=position,
+                    )
                     continue
                 row["last_seen"] = max(row["last_seen"], turn.created_at)
                 if row["entity_type"] == UNKNOWN_TYPE:
                     row["entity_type"] = mention.entity_type
-        entity_ids = upsert_entities(transaction, self._entities, list(first.values()))
-        snippets = [
-            context_row(
+        rows = list(first.values())
+        upsert = self._entities
+        if len(rows) != self._counts[0]:
+            upsert = self._statements.entities.prepare(len(rows))
+        entity_ids = upsert_entities(transaction, upsert, rows)
+        snippets = {
+            (turn_id, entity_ids[targets.get(mention.key, mention.key)]): context_row(
                 session_id,
-                entity_id=entity_ids[mention.key],
+                entity_id=entity_ids[targets.get(mention.key, mention.key)],
                 turn_id=turn_id,
                 turn_seq=turn_id,
                 text=turn.text,
@@ -60,8 +86,14 @@ class Attachment:
             )
             for turn_id, turn in saved
             for mention in turn.mentions
-        ]
-        self._contexts.run(transaction, snippets)
+        }
+        insert = self._contexts
+        if len(snippets) != self._counts[1]:
+            insert = self._statements.contexts.prepare(len(snippets))
+        insert.run(transaction, list(snippets.values()))
+        if targets and self._resolver is not None:
+            joined = [(m, entity_ids[targets[m.key]]) for m in mentions if m.key in targets]
+            self._resolver.record_joins(transaction, session_id, joined, saved[-1][1].created_at)
 
 
 def upsert_entities(

@@ -27,6 +27,7 @@ from .cli_common import (
     session_option,
     when,
 )
+from .cli_identity import alias, merge, merges, similar, unmerge
 from .cli_retention import prune, retention
 from .cli_transfer import copy, export_command, import_command
 from .demo import run_demo
@@ -64,7 +65,17 @@ def main(ctx: click.Context, database_url: str | None, read_only: bool, schema: 
     ctx.call_on_close(ctx.obj.close)
 
 
-for command in (export_command, import_command, copy, retention, prune):
+for command in (
+    export_command,
+    import_command,
+    copy,
+    retention,
+    prune,
+    alias,
+    merge,
+    unmerge,
+    merges,
+):
     main.add_command(command)
 
 
@@ -145,10 +156,20 @@ def sessions(obj: Context, as_json: bool) -> None:
 
 @main.command()
 @session_option
+@click.option(
+    "--similar",
+    "similar_pairs",
+    is_flag=True,
+    help="List pairs of entities that may be one (a, b, reason) instead; never merged "
+    "automatically (see `merge`).",
+)
 @json_option
 @click.pass_obj
-def entities(obj: Context, session_id: str, as_json: bool) -> None:
-    """List a session's entities in first-seen order."""
+def entities(obj: Context, session_id: str, similar_pairs: bool, as_json: bool) -> None:
+    """List a session's entities in first-seen order (or, with --similar, likely duplicates)."""
+    if similar_pairs:
+        similar(obj, session_id, as_json)
+        return
     require_session(obj, session_id)
     rows = [
         {

@@ -13,6 +13,7 @@ from tqdm import tqdm
 from . import migrate
 from .cli_common import Context, require_session, session_option
 from .transfer import ExportFile, write_session, write_session_file
+from .transfer_checks import file_key_rules
 from .validation import checked_session_id
 
 
@@ -31,6 +32,7 @@ def export_command(obj: Context, session_id: str, output: str) -> None:
     """Write one session (turns, entities, snippets, timestamps) as JSON Lines, ending
     with a line of counts and a checksum that `import` requires."""
     require_session(obj, session_id)
+    rules = obj.reader().key_rules(session_id)
     records = tqdm(
         obj.reader().export_session(session_id),
         desc="export",
@@ -39,10 +41,10 @@ def export_command(obj: Context, session_id: str, output: str) -> None:
         file=sys.stderr,
     )
     if output == "-":
-        lines = write_session(sys.stdout, session_id, records)
+        lines = write_session(sys.stdout, session_id, records, rules)
     else:
         with _file_errors(output):
-            lines = write_session_file(output, session_id, records)
+            lines = write_session_file(output, session_id, records, rules)
     click.echo(f"exported session {session_id!r}: {lines} lines", err=True)
 
 
@@ -71,8 +73,10 @@ def import_command(obj: Context, file: str, session_id: str, merge: bool, unveri
     checked_session_id(session_id)
     with _file_errors(file), _readable(file) as path:
         export = ExportFile(path)
-        export.check(allow_unverified=unverified)
-        counts = obj.repository().import_session(session_id, export, merge=merge)
+        checked = export.check(allow_unverified=unverified)
+        counts = obj.repository().import_session(
+            session_id, export, merge=merge, key_rules=file_key_rules(checked)
+        )
     click.echo(
         f"imported into {session_id!r}: {counts['turns']} turns, {counts['entities']} entities, "
         f"{counts['contexts']} snippets"

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Dialect
 
 from .driver import compile_statement
 from .engine import Store
+from .identity_statements import IdentityStatements
 from .names import name_key
 from .queries import Queries, param, session_param
 from .records import EntityRecord, ForgetReceipt
@@ -99,6 +100,7 @@ class Erasure:
         self.store = store
         self._statements = store.statements(ErasureStatements)
         self._queries = store.statements(Queries)
+        self._identity = store.statements(IdentityStatements)
 
     def clear(self, session_id: str) -> None:
         """Delete the session's turns, entities, snippets and ledger rows."""
@@ -133,9 +135,7 @@ class Erasure:
         self, session_id: str, key: str, with_turns: bool, normalize: bool
     ) -> tuple[Callable[[Transaction], ForgetReceipt | None], SessionLock]:
         def work(transaction: Transaction) -> ForgetReceipt | None:
-            found = transaction.run(
-                self._queries.entity_by_key, {"session_id": session_id, "key": key}
-            )
+            found = self._entity_named(transaction, session_id, key)
             if not found:
                 return None
             entity = entity_record(found[0])
@@ -147,6 +147,17 @@ class Erasure:
             return ForgetReceipt(entity.name, 1, snippets, 0, updated)
 
         return work, SessionLock(session_id, exclusive=True)
+
+    def _entity_named(self, transaction: Transaction, session_id: str, key: str) -> list[Any]:
+        """The entity whose key, or one of whose aliases' keys, is ``key``."""
+        found = transaction.run(self._queries.entity_by_key, {"session_id": session_id, "key": key})
+        if found:
+            return found
+        values = {"session_id": session_id, "alias_key": key}
+        alias = transaction.run(self._identity.alias_by_key, values)
+        if not alias:
+            return []
+        return transaction.run(self._identity.entity_by_id, {"entity_id": alias[0].entity_id})
 
     def _delete_entity(self, transaction: Transaction, entity: EntityRecord) -> int:
         """Delete the entity and its remaining snippets; how many snippets."""
@@ -181,11 +192,11 @@ class Erasure:
         """Extraction errors can quote the turn (an LLM's error may echo the prompt): the
         ledger rows whose error names the entity keep their row, not the text."""
         rows = transaction.run(self._statements.errors_in_session, {"session_id": session_id})
-        pattern = _whole_words(key)
+        pattern = _whole_words(key, normalize)
         naming = [
             {"ledger_id": row.id}
             for row in rows
-            if pattern.search(name_key(row.error, normalize=normalize))
+            if pattern.search(_searchable(row.error, normalize))
         ]
         transaction.run_many(self._statements.erase_error, naming)
 
@@ -193,24 +204,26 @@ class Erasure:
         self, transaction: Transaction, session_id: str, key: str, normalize: bool
     ) -> list[int]:
         failed = transaction.run(self._statements.failed_turns, {"session_id": session_id})
-        pattern = _whole_words(key)
+        pattern = _whole_words(key, normalize)
         return [
             row.id
             for row in failed
-            if pattern.search(name_key(f"{row.input_text} {row.output_text}", normalize=normalize))
+            if pattern.search(_searchable(f"{row.input_text} {row.output_text}", normalize))
         ]
 
     def _drop_name_from_turns(
         self, transaction: Transaction, entity: EntityRecord, normalize: bool
     ) -> int:
         rows = transaction.run(self._statements.turns_naming, {"entity_id": entity.id})
+        aliases = transaction.run(self._identity.aliases_of, {"entity_id": entity.id})
+        keys = {entity.key, *(alias.alias_key for alias in aliases)}
         updates = [
             {
                 "turn_id": row.id,
                 "names": [
                     name
                     for name in row.entity_names
-                    if name_key(name, normalize=normalize) != entity.key
+                    if name_key(name, normalize=normalize) not in keys
                 ],
             }
             for row in rows
@@ -219,6 +232,12 @@ class Erasure:
         return len(updates)
 
 
-def _whole_words(key: str) -> re.Pattern[str]:
-    """The name as whole words: "Ann" is not in "annual"."""
-    return re.compile(rf"(?<!\w){re.escape(key)}(?!\w)")
+def _whole_words(key: str, normalize: bool) -> re.Pattern[str]:
+    """The name as whole words: "Ann" is not in "annual". Normalized keys are compared
+    casefolded (a word's key keeps its capital: "Bill")."""
+    return re.compile(rf"(?<!\w){re.escape(key.casefold() if normalize else key)}(?!\w)")
+
+
+def _searchable(text: str, normalize: bool) -> str:
+    """A text as the keys it may hold are searched for in it."""
+    return name_key(text, normalize=normalize).casefold() if normalize else text

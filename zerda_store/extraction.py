@@ -104,11 +104,12 @@ class LLMExtractor:
 
 
 def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
-    """The original's parsing of an LLM's answer: split on commas, strip, and drop
-    fragments of two characters or fewer."""
+    """The original's parsing of an LLM's answer: split on commas (the Arabic comma "،"
+    too: "أحمد، شركة النور" is two entities), strip, and drop fragments of two characters
+    or fewer."""
     if not isinstance(response, str):
         raise TypeError(f"llm.{method} returned {type(response).__name__}, expected str")
-    fragments = (part.strip() for part in response.split(","))
+    fragments = (part.strip() for part in response.replace("،", ",").split(","))
     return [ExtractedEntity(part) for part in fragments if len(part) > 2]
 
 

@@ -10,6 +10,7 @@ a list of keys, so no parameter limit applies however many turns the file holds.
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -19,7 +20,11 @@ from sqlalchemy.engine import Dialect
 from .driver import compile_statement
 from .engine import Store
 from .errors import SessionNotEmptyError, StoreError
+from .identity import identify
+from .identity_statements import IdentityStatements
+from .names import DEFAULT_KEY_RULES, KeyRules
 from .queries import session_param
+from .resolution import check_key_rules
 from .rows import context_row, entity_row, outcome_row, turn_row
 from .schema import entities, turns
 from .statements import RowsInsert, TurnStatements
@@ -55,7 +60,12 @@ class Importer:
         return bool(rows[0].found)
 
     def import_session(
-        self, session_id: str, records: Iterable[dict[str, Any]], *, merge: bool = False
+        self,
+        session_id: str,
+        records: Iterable[dict[str, Any]],
+        *,
+        merge: bool = False,
+        key_rules: KeyRules | None = None,
     ) -> dict[str, int]:
         """Write exported records (turns, then entities, then snippets, as an export orders
         them) into a session in one transaction, mapping ids, ``IMPORT_BATCH`` rows a
@@ -64,7 +74,10 @@ class Importer:
         that meets a deadlock or a lost connection runs again from the start. Entities that
         already exist in the session (a merge) are upserted as a saved turn would be.
         Nothing is written if the session holds data and ``merge`` is false, or if a turn's
-        idempotency key was used in the session before."""
+        idempotency key was used in the session before. With ``key_rules`` (the rules the
+        file's keys were made with, or fold-v2 for an older file's fold-v1 keys) the
+        session is recorded as keyed with them (refused if it is keyed otherwise), and
+        the entities are keyed with them."""
         inserts = (
             self._statements.turns,
             self._turn_statements.entities,
@@ -74,13 +87,17 @@ class Importer:
         for insert in inserts:
             insert.compile_all()
         exists = self._statements.session_exists
+        identity = self.store.statements(IdentityStatements)
 
         def work(transaction: Transaction) -> dict[str, int]:
             if not merge and transaction.run(exists, {"session_id": session_id})[0].found:
                 raise SessionNotEmptyError(
                     f"session {session_id!r} already holds data: pass --merge to add to it"
                 )
+            if key_rules is not None:
+                check_key_rules(transaction, identity, session_id, key_rules, time.time())
             writer = _SessionWriter(transaction, session_id, *inserts)
+            writer.keyed(key_rules, identity)
             for kind, batch in _batches(records):
                 writer.write(kind, batch)
             return writer.counts
@@ -128,7 +145,16 @@ class _SessionWriter:
         self._turn_times: dict[int, float] = {}
         self._entity_times: dict[int, float] = {}
         self._seq: _SequenceMap | None = None
-        self.counts = {"turns": 0, "entities": 0, "contexts": 0}
+        self._rules: KeyRules | None = None
+        self._identity: IdentityStatements | None = None
+        self._keys: dict[str, str] = {}  # new key -> name, to find a collision
+        self.counts = {"turns": 0, "entities": 0, "contexts": 0, "aliases": 0}
+
+    def keyed(self, rules: KeyRules | None, identity: IdentityStatements) -> None:
+        """Key entities and aliases with ``rules`` (None: keep the file's entity keys, key
+        aliases with the default rules)."""
+        self._rules = rules
+        self._identity = identity
 
     def write(self, kind: str, batch: list[dict[str, Any]]) -> None:
         if kind == "turn":
@@ -137,6 +163,8 @@ class _SessionWriter:
             self._write_entities(batch)
         elif kind == "context":
             self._write_contexts(batch)
+        elif kind == "alias":
+            self._write_aliases(batch)
 
     def _run(self, insert: RowsInsert, rows: list[dict[str, Any]]) -> list[Any]:
         return insert.prepare(len(rows)).run(self._transaction, rows)
@@ -172,14 +200,49 @@ class _SessionWriter:
         if self._seq is None:
             self._seq = _SequenceMap(self._turn_ids)
         seq = self._seq
+        keyed = [self._rekeyed(r) for r in records]
         rows = sorted(
-            (_entity_row(self._session_id, seq, r) for r in records),
+            (_entity_row(self._session_id, seq, r) for r in keyed),
             key=lambda row: row["name_key"],
         )
         ids = {row.name_key: int(row.id) for row in self._run(self._inserts[1], rows)}
-        self._entity_ids.update((r["id"], ids[r["name_key"]]) for r in records)
+        self._entity_ids.update((r["id"], ids[r["name_key"]]) for r in keyed)
         self._entity_times.update((r["id"], r["last_seen"]) for r in records)
         self.counts["entities"] += len(records)
+
+    def _rekeyed(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record keyed with the import's rules; two entities of the file that are one
+        under them are refused (a file keyed by older rules)."""
+        if self._rules is None:
+            return record
+        identity = identify(record["name"], self._rules)
+        other = self._keys.setdefault(identity.key, record["name"])
+        if other != record["name"]:
+            raise StoreError(
+                f"the file's entities {other!r} and {record['name']!r} are one entity under "
+                f"the {self._rules.name} key rules: merge them in the source session "
+                "(zerda-store merge) and export it again; nothing was imported"
+            )
+        return {**record, "name_key": identity.key, "core_key": identity.core}
+
+    def _write_aliases(self, records: list[dict[str, Any]]) -> None:
+        assert self._identity is not None
+        rules = self._rules or DEFAULT_KEY_RULES
+        for r in records:
+            identity = identify(r["alias"], rules)
+            self._transaction.run(
+                self._identity.add_alias,
+                {
+                    "session_id": self._session_id,
+                    "entity_id": self._entity_ids[r["entity_id"]],
+                    "alias_key": identity.key,
+                    "core_key": identity.core,
+                    "alias": r["alias"],
+                    "source": r["source"],
+                    "created_at": r["created_at"],
+                },
+            )
+        self.counts["aliases"] += len(records)
 
     def _write_contexts(self, records: list[dict[str, Any]]) -> None:
         seq = self._seq or _SequenceMap(self._turn_ids)
@@ -234,6 +297,7 @@ def _entity_row(session_id: str, seq: _SequenceMap, r: dict[str, Any]) -> dict[s
     return entity_row(
         session_id,
         name_key=r["name_key"],
+        core_key=r.get("core_key") or r["name_key"],
         name=r["name"],
         entity_type=r["entity_type"],
         first_seen=r["first_seen"],

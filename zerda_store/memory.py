@@ -26,9 +26,12 @@ from .extraction import (
     LLMExtractor,
     StanzaExtractor,
 )
+from .identity import identify
+from .identity_repository import IdentityRepository
 from .ledger import Ledger
+from .memory_identity import IdentityMethods
 from .memory_parts import RECALL_LIMIT, checked_key, entity_info, outcome
-from .names import UNKNOWN_TYPE, name_key
+from .names import EXACT, FOLD_V2, FOLD_V2_CASELESS, UNKNOWN_TYPE, key_rules_for
 from .policy_cache import PolicyCache
 from .pruning import Pruner
 from .records import (
@@ -40,6 +43,7 @@ from .records import (
     turn_text,
 )
 from .repository import Repository
+from .resolution import KeyRulesMismatchError
 from .retention import Policies, Visibility, describe, make_rule
 from .schema import ANY_SCOPE
 from .validation import (
@@ -58,7 +62,7 @@ def default_entity_info_template(lang: str) -> str:
     return DEFAULT_TEMPLATES.get(lang, ENGLISH_TEMPLATE)
 
 
-class ConversationEntityMemory(AsyncMemory):
+class ConversationEntityMemory(IdentityMethods, AsyncMemory):
     """Entity memory for a chat assistant, kept in SQLite or Postgres.
 
     The original's constructor arguments come first, in the same order; the keyword-only
@@ -80,6 +84,7 @@ class ConversationEntityMemory(AsyncMemory):
         session_id: str = "default",
         store: Store | None = None,
         normalize_names: bool = True,
+        merge_lowercase_words: bool = False,
         entity_info_template: str | None = None,
         extractor: Extractor | None = None,
         auto_migrate: bool | None = None,
@@ -94,6 +99,9 @@ class ConversationEntityMemory(AsyncMemory):
         self.lang = lang
         self.entity_extraction_prompt = entity_extraction_prompt or DEFAULT_EXTRACTION_PROMPT
         self.normalize_names = normalize_names
+        self.key_rules = key_rules_for(
+            normalize_names=normalize_names, merge_lowercase_words=merge_lowercase_words
+        )
         self.entity_info_template = entity_info_template or default_entity_info_template(lang)
         self._extractor = extractor
         self._extraction = ExtractionService(extractor)
@@ -105,7 +113,8 @@ class ConversationEntityMemory(AsyncMemory):
             if self._owns_store:
                 self.store.close()
             raise
-        self._repository = Repository(self.store)
+        self._repository = Repository(self.store, self.key_rules)
+        self._identity = IdentityRepository(self.store, self.key_rules)
         self._erasure = Erasure(self.store)
         self._ledger = Ledger(self.store)
         self._policies = Policies(self.store)
@@ -127,12 +136,19 @@ class ConversationEntityMemory(AsyncMemory):
         """A memory on an existing session with the session's own key mode: a session
         written with ``normalize_names=False`` has keys that are not normalized (it may hold
         both "Sarah" and "sarah"), and its names then match exactly."""
-        repository = Repository(store)
-        normalized = all(
-            entity.key == name_key(entity.name)
-            for entity in repository.iter_entities(checked_session_id(session_id))
+        recorded = Repository(store).key_rules(checked_session_id(session_id))
+        if recorded is not None and recorded not in (EXACT, FOLD_V2, FOLD_V2_CASELESS):
+            raise KeyRulesMismatchError(
+                f"session {session_id!r} is keyed with the {recorded.name!r} key rules, which "
+                "this version no longer writes: run `zerda-store db upgrade` to re-key it"
+            )
+        return cls(
+            store=store,
+            session_id=session_id,
+            normalize_names=recorded is not EXACT,
+            merge_lowercase_words=recorded is FOLD_V2_CASELESS,
+            **options,
         )
-        return cls(store=store, session_id=session_id, normalize_names=normalized, **options)
 
     # -- retention ------------------------------------------------------------------------
 
@@ -228,12 +244,18 @@ class ConversationEntityMemory(AsyncMemory):
         the first type known for it."""
         mentions: dict[str, Mention] = {}
         for entity in result.entities:
-            key = name_key(entity.name, normalize=self.normalize_names)
-            first = mentions.get(key)
-            if not key or (first and first.entity_type != UNKNOWN_TYPE):
+            first = mentions.get(self.key_rules.key(entity.name))
+            if first and first.entity_type != UNKNOWN_TYPE:
                 continue
-            mentions[key] = Mention(first.name if first else entity.name, key, entity.entity_type)
+            mention = self._mention(first.name if first else entity.name, entity.entity_type)
+            if mention.key:
+                mentions[mention.key] = mention
         return list(mentions.values())
+
+    def _mention(self, name: str, entity_type: str = UNKNOWN_TYPE) -> Mention:
+        """``name`` as a mention: its key, core and markers under the memory's rules."""
+        identity = identify(name, self.key_rules)
+        return Mention(name, identity.key, entity_type, identity.core, identity.markers)
 
     # -- the original API ---------------------------------------------------------------
 
@@ -291,8 +313,8 @@ class ConversationEntityMemory(AsyncMemory):
     def load_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The recent snippets of every known entity the input mentions, as one string."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
-        keys = [mention.key for mention in self._mentions(self._extract(input_text))]
-        recalled = self._repository.recall(self.session_id, keys, RECALL_LIMIT, self._visible())
+        mentions = self._mentions(self._extract(input_text))
+        recalled = self._repository.recall(self.session_id, mentions, RECALL_LIMIT, self._visible())
         return self._variables(recalled)
 
     def _variables(self, recalled: list[tuple[EntityRecord, list[str]]]) -> dict[str, Any]:
@@ -321,16 +343,20 @@ class ConversationEntityMemory(AsyncMemory):
         }
 
     def _key(self, name: str) -> str:
-        return name_key(checked_text(name, "entity name"), normalize=self.normalize_names)
+        return self.key_rules.key(checked_text(name, "entity name"))
+
+    def _named(self, name: str) -> Mention:
+        return self._mention(checked_text(name, "entity name"))
 
     def _find(self, name: str) -> EntityRecord | None:
-        return self._repository.find_entity(self.session_id, self._key(name), self._visible())
+        return self._repository.find_entity(self.session_id, self._named(name), self._visible())
 
     def get_entity_info(self, entity_name: str) -> dict[str, Any] | None:
-        """What is known about one entity, or None if it is not tracked."""
-        key = self._key(entity_name)
+        """What is known about one entity (found by its name or an alias), or None if it is
+        not tracked; ``aliases`` lists its other names."""
+        mention = self._named(entity_name)
         return entity_info(
-            self._repository.entity_details(self.session_id, key, RECALL_LIMIT, self._visible())
+            self._repository.entity_details(self.session_id, mention, RECALL_LIMIT, self._visible())
         )
 
     def list_entities(self) -> list[str]:

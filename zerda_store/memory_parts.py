@@ -24,11 +24,13 @@ def checked_key(idempotency_key: str | None) -> str | None:
     return checked_identifier(idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY_LENGTH)
 
 
-def entity_info(details: tuple[EntityRecord, int, list[str]] | None) -> dict[str, Any] | None:
+def entity_info(
+    details: tuple[EntityRecord, int, list[str], list[str]] | None,
+) -> dict[str, Any] | None:
     """What :meth:`ConversationEntityMemory.get_entity_info` returns for these details."""
     if details is None:
         return None
-    entity, count, recent = details
+    entity, count, recent, aliases = details
     return {
         "name": entity.name,
         "type": entity.entity_type,
@@ -36,4 +38,5 @@ def entity_info(details: tuple[EntityRecord, int, list[str]] | None) -> dict[str
         "first_seen": entity.first_seen,
         "last_seen": entity.last_seen,
         "recent_contexts": recent,
+        "aliases": aliases,
     }

@@ -23,6 +23,13 @@ class Mention(NamedTuple):
     name: str
     key: str
     entity_type: str = UNKNOWN_TYPE
+    # The key without titles and legal suffixes, and what was stripped (``identity.py``).
+    core: str = ""
+    markers: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def core_key(self) -> str:
+        return self.core or self.key
 
 
 class Outcome(NamedTuple):

@@ -17,7 +17,10 @@ from typing import Any, TypeVar
 
 from .attachment import Attachment, insert_turns, upsert_entities
 from .engine import Store
-from .records import EntityRecord, NewTurn, SessionStats
+from .identity_statements import IdentityStatements
+from .names import FOLD_V1, KEY_RULES, KeyRules
+from .records import EntityRecord, Mention, NewTurn, SessionStats
+from .resolution import KnownKeyRules, Resolver, check_key_rules
 from .retention import Visibility
 from .rows import entity_record, new_outcome_row, new_turn_row
 from .statements import TurnStatements
@@ -33,9 +36,29 @@ class Repository(TurnHistory):
     """Saves and reads of one store's memories (one per memory; the statements are the
     store's)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, rules: KeyRules | None = None) -> None:
         super().__init__(store)
         self._statements = store.statements(TurnStatements)
+        self._rules = rules
+        self._identity = store.statements(IdentityStatements)
+        self._resolver = Resolver(self._identity, rules) if rules is not None else None
+        self._known = store.statements(KnownKeyRules).checked
+
+    def _checked_rules(self, session_id: str) -> Callable[[Transaction, float], None]:
+        """What a save runs first: the session's key rules checked (and recorded by its
+        first save), once per store and session."""
+        rules = self._rules
+        if rules is None or (session_id, rules.name) in self._known:
+            return _nothing
+
+        def check(transaction: Transaction, at: float) -> None:
+            check_key_rules(transaction, self._identity, session_id, rules, at)
+
+        return check
+
+    def _remember_rules(self, session_id: str) -> None:
+        if self._rules is not None:
+            self._known.add((session_id, self._rules.name))
 
     # -- writes -------------------------------------------------------------------------
 
@@ -50,17 +73,20 @@ class Repository(TurnHistory):
         """The unit of work of one saved turn, its statements prepared, and its lock
         (:meth:`save_turn`, and the async path's)."""
         insert_turn = self._statements.turn.prepare(1)
-        attachment = Attachment(self._statements, [turn])
+        attachment = Attachment(self._statements, [turn], self._resolver)
         insert_outcome = self._statements.outcomes.prepare(1)
         turn_row = new_turn_row(session_id, turn)
+        check_rules = self._checked_rules(session_id)
 
         def work(transaction: Transaction) -> int | None:
+            check_rules(transaction, turn.created_at)
             inserted = insert_turn.run(transaction, [turn_row])
             if not inserted:
                 return None
             turn_id = int(inserted[0].id)
             attachment.run(transaction, session_id, [(turn_id, turn)])
             insert_outcome.run(transaction, [new_outcome_row(session_id, turn_id, turn)])
+            self._remember_rules(session_id)
             return turn_id
 
         return work, SessionLock(session_id)
@@ -70,16 +96,19 @@ class Repository(TurnHistory):
         if not new_turns:
             return []
         insert = self._statements.turns.prepare(len(new_turns))
-        attachment = Attachment(self._statements, new_turns)
+        attachment = Attachment(self._statements, new_turns, self._resolver)
         insert_outcomes = self._statements.outcomes.prepare(len(new_turns))
         rows = [new_turn_row(session_id, turn) for turn in new_turns]
+        check_rules = self._checked_rules(session_id)
 
         def work(transaction: Transaction) -> list[int]:
+            check_rules(transaction, new_turns[0].created_at)
             ids = insert_turns(transaction, insert, rows)
             saved = list(zip(ids, new_turns, strict=True))
             attachment.run(transaction, session_id, saved)
             outcomes = [new_outcome_row(session_id, i, turn) for i, turn in saved]
             insert_outcomes.run(transaction, outcomes)
+            self._remember_rules(session_id)
             return ids
 
         return self.store.write(work, SessionLock(session_id))
@@ -110,6 +139,13 @@ class Repository(TurnHistory):
         return self.store.write(work, SessionLock(entity[0].session_id))
 
     # -- reads --------------------------------------------------------------------------
+
+    def key_rules(self, session_id: str) -> KeyRules | None:
+        """The key rules the session was keyed with, or None if none is recorded (a session
+        never written)."""
+        rows = self._one(self._identity.rules_of, {"session_id": session_id})
+        return KEY_RULES.get(rows[0].key_rules, FOLD_V1) if rows else None
+
     # ``visible``: the session's retention at this moment, or None without a policy (the
     # reads are then exactly the plain ones). A ``..._work`` method builds the unit of work
     # that the sync read here and the async one (:mod:`async_repository`) both run.
@@ -123,14 +159,17 @@ class Repository(TurnHistory):
         return lambda transaction: transaction.run(statement, values)
 
     def find_entity(
-        self, session_id: str, key: str, visible: Visibility | None = None
+        self, session_id: str, mention: Mention, visible: Visibility | None = None
     ) -> EntityRecord | None:
-        """The entity of ``key`` (None if there is none, or none of its snippets shows)."""
-        if visible is None:
-            rows = self._one(self._queries.entity_by_key, {"session_id": session_id, "key": key})
-            return entity_record(rows[0]) if rows else None
+        """The entity ``mention`` names (None if there is none, or none of its snippets
+        shows)."""
 
         def work(transaction: Transaction) -> EntityRecord | None:
+            key = self._resolved(transaction, session_id, mention)
+            if visible is None:
+                values = {"session_id": session_id, "key": key}
+                rows = transaction.run(self._queries.entity_by_key, values)
+                return entity_record(rows[0]) if rows else None
             found = self._visible_entity(transaction, session_id, key, visible)
             return found[0] if found else None
 
@@ -152,32 +191,48 @@ class Repository(TurnHistory):
     def recall(
         self,
         session_id: str,
-        keys: Sequence[str],
+        mentions: Sequence[Mention],
         limit: int,
         visible: Visibility | None = None,
     ) -> list[tuple[EntityRecord, list[str]]]:
-        """The entities among ``keys`` that have snippets, in the order of ``keys``, each
-        with its last ``limit`` snippets (oldest first). One statement, which sees one
-        snapshot by itself (on SQLite, one per ``RECALL_CHUNK`` keys), with no
-        transaction around them."""
-        unique = list(dict.fromkeys(keys))
-        rows = self.store.read(self.recall_work(session_id, unique, limit, visible))
+        """The entities the mentions name that have snippets, in the order of the mentions,
+        each with its last ``limit`` snippets (oldest first). The mentions are resolved
+        (aliases, titled forms) by one statement, then recalled by one statement (on
+        SQLite, one per ``RECALL_CHUNK`` keys), with no transaction around them."""
+        rows, unique = self.store.read(self.recall_work(session_id, mentions, limit, visible))
         return recalled(rows, unique, visible)
 
     def recall_work(
-        self, session_id: str, unique: list[str], limit: int, visible: Visibility | None
-    ) -> Callable[[Transaction], list[Any]]:
-        """The recall statements' rows (:func:`recalled` makes them the result)."""
-        batches = self._statements.recall_batches(
-            session_id, unique, limit, aged=visible is not None
-        )
+        self,
+        session_id: str,
+        mentions: Sequence[Mention],
+        limit: int,
+        visible: Visibility | None,
+    ) -> Callable[[Transaction], tuple[list[Any], list[str]]]:
+        """The recall statements' rows and the keys recalled, in order (:func:`recalled`
+        makes them the result)."""
+        resolver = self._resolver
 
-        def work(transaction: Transaction) -> list[Any]:
-            return [
+        def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
+            targets = resolver.targets(transaction, session_id, mentions) if resolver else {}
+            unique = list(dict.fromkeys(targets.get(m.key, m.key) for m in mentions))
+            batches = self._statements.recall_batches(
+                session_id, unique, limit, aged=visible is not None
+            )
+            rows = [
                 row for statement, values in batches for row in transaction.run(statement, values)
             ]
+            return rows, unique
 
         return work
+
+    def _resolved(self, transaction: Transaction, session_id: str, mention: Mention) -> str:
+        """The key of the entity a name given to the API names (its own, an alias's, or
+        the entity its titled form joins)."""
+        if self._resolver is None:
+            return mention.key
+        targets = self._resolver.targets(transaction, session_id, [mention])
+        return targets.get(mention.key, mention.key)
 
     def _recent(
         self,
@@ -226,32 +281,48 @@ class Repository(TurnHistory):
         )
 
     def entity_details(
-        self, session_id: str, key: str, limit: int, visible: Visibility | None = None
-    ) -> tuple[EntityRecord, int, list[str]] | None:
-        """An entity, its snippet count and its last ``limit`` snippets, in one snapshot."""
-        return self.store.read(self.details_work(session_id, key, limit, visible), snapshot=True)
+        self, session_id: str, mention: Mention, limit: int, visible: Visibility | None = None
+    ) -> tuple[EntityRecord, int, list[str], list[str]] | None:
+        """An entity, its snippet count, its last ``limit`` snippets and its aliases, in
+        one snapshot."""
+        work = self.details_work(session_id, mention, limit, visible)
+        return self.store.read(work, snapshot=True)
 
     def details_work(
-        self, session_id: str, key: str, limit: int, visible: Visibility | None
-    ) -> Callable[[Transaction], tuple[EntityRecord, int, list[str]] | None]:
-        queries = self._queries
-
-        def work(transaction: Transaction) -> tuple[EntityRecord, int, list[str]] | None:
-            if visible is not None:
-                found = self._visible_entity(transaction, session_id, key, visible)
-                if found is None:
-                    return None
-                entity, count = found
-                recent = self._recent(transaction, entity.id, limit, visible, entity.entity_type)
-                return entity, count, recent
-            rows = transaction.run(queries.entity_by_key, {"session_id": session_id, "key": key})
-            if not rows:
+        self, session_id: str, mention: Mention, limit: int, visible: Visibility | None
+    ) -> Callable[[Transaction], tuple[EntityRecord, int, list[str], list[str]] | None]:
+        def work(transaction: Transaction) -> tuple[EntityRecord, int, list[str], list[str]] | None:
+            key = self._resolved(transaction, session_id, mention)
+            found = self._details(transaction, session_id, key, limit, visible)
+            if found is None:
                 return None
-            entity = entity_record(rows[0])
-            count = transaction.run(queries.count_contexts, {"entity_id": entity.id})[0].count
-            return entity, int(count), self._recent(transaction, entity.id, limit)
+            aliases = transaction.run(self._identity.aliases_of, {"entity_id": found[0].id})
+            return (*found, [row.alias for row in aliases])
 
         return work
+
+    def _details(
+        self,
+        transaction: Transaction,
+        session_id: str,
+        key: str,
+        limit: int,
+        visible: Visibility | None,
+    ) -> tuple[EntityRecord, int, list[str]] | None:
+        queries = self._queries
+        if visible is not None:
+            found = self._visible_entity(transaction, session_id, key, visible)
+            if found is None:
+                return None
+            entity, count = found
+            recent = self._recent(transaction, entity.id, limit, visible, entity.entity_type)
+            return entity, count, recent
+        rows = transaction.run(queries.entity_by_key, {"session_id": session_id, "key": key})
+        if not rows:
+            return None
+        entity = entity_record(rows[0])
+        count = transaction.run(queries.count_contexts, {"entity_id": entity.id})[0].count
+        return entity, int(count), self._recent(transaction, entity.id, limit)
 
     def iter_entities(
         self, session_id: str, visible: Visibility | None = None
@@ -333,6 +404,10 @@ class Repository(TurnHistory):
             return SessionStats(len(counts), messages, snippets)
 
         return work
+
+
+def _nothing(_transaction: Transaction, _at: float) -> None:
+    return None
 
 
 def recalled(

@@ -35,6 +35,7 @@ def entity_row(
     session_id: str,
     *,
     name_key: str,
+    core_key: str,
     name: str,
     entity_type: str,
     first_seen: float,
@@ -45,6 +46,7 @@ def entity_row(
     return {
         "session_id": session_id,
         "name_key": name_key,
+        "core_key": core_key,
         "name": name,
         "entity_type": entity_type,
         "first_seen": first_seen,

@@ -50,6 +50,9 @@ entities = sa.Table(
     sa.Column("id", Id, primary_key=True, autoincrement=True),
     sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
     sa.Column("name_key", sa.Text(), nullable=False),
+    # The key without titles and legal suffixes ("sarah chen" for "Dr. Sarah Chen"): how a
+    # titled or suffixed mention finds its bare form (``identity.py``).
+    sa.Column("core_key", sa.Text(), nullable=False),
     sa.Column("name", sa.String(MAX_NAME_LENGTH), nullable=False),
     sa.Column("entity_type", sa.String(MAX_TYPE_LENGTH), nullable=False),
     sa.Column("first_seen", sa.Double(), nullable=False),
@@ -59,6 +62,61 @@ entities = sa.Table(
     sa.Column("first_position", sa.Integer(), nullable=False),
     sa.UniqueConstraint("session_id", "name_key"),
     sa.Index(None, "session_id", "first_turn_id", "first_position"),
+    sa.Index(None, "session_id", "core_key"),
+)
+
+ALIAS_SOURCE_LENGTH = 16
+
+# Other names of an entity: added by hand (``add_alias``), the names of entities merged
+# into it, and titled or suffixed forms that joined it. A mention with an alias's key
+# names the alias's entity. No alias key is also an entity's key in its session.
+entity_aliases = sa.Table(
+    "entity_aliases",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
+    sa.Column("entity_id", Id, sa.ForeignKey("entities.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("alias_key", sa.Text(), nullable=False),
+    sa.Column("core_key", sa.Text(), nullable=False),
+    sa.Column("alias", sa.String(MAX_NAME_LENGTH), nullable=False),
+    # "manual", "merge" or "mention".
+    sa.Column("source", sa.String(ALIAS_SOURCE_LENGTH), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.UniqueConstraint("session_id", "alias_key"),
+    sa.Index(None, "session_id", "core_key"),
+    sa.Index(None, "entity_id"),
+)
+
+# Every merge, with what it takes to undo it: the merged entity's row, the snippets and
+# aliases it moved, the snippets it dropped (one per entity per turn), and the kept
+# entity's fields before and after. ``undone_at`` is set by an unmerge.
+entity_merges = sa.Table(
+    "entity_merges",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
+    sa.Column("kept_entity_id", sa.BigInteger(), nullable=False),
+    sa.Column("merged_entity_id", sa.BigInteger(), nullable=False),
+    sa.Column("kept_name", sa.String(MAX_NAME_LENGTH), nullable=False),
+    sa.Column("merged_name", sa.String(MAX_NAME_LENGTH), nullable=False),
+    # "manual", or "key rules" for a merge made by a re-keying migration.
+    sa.Column("reason", sa.String(32), nullable=False),
+    sa.Column("record", sa.JSON(), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("undone_at", sa.Double(), nullable=True),
+    sa.Index(None, "session_id", "id"),
+)
+
+KEY_RULES_LENGTH = 32
+
+# The key rules each session's entities were keyed with (``names.KEY_RULES``), recorded by
+# its first write: a session is never keyed two ways.
+session_key_rules = sa.Table(
+    "session_key_rules",
+    metadata,
+    sa.Column("session_id", sa.String(SESSION_ID_LENGTH), primary_key=True),
+    sa.Column("key_rules", sa.String(KEY_RULES_LENGTH), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
 )
 
 contexts = sa.Table(

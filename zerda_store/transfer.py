@@ -21,24 +21,39 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from .transfer_checks import KINDS, CheckedFile, ImportFormatError, check_record, plural_counts
+from .names import FOLD_V1, KEY_RULES, KeyRules
+from .transfer_checks import (
+    CURRENT_RULES,
+    KINDS,
+    LEGACY_RULES,
+    CheckedFile,
+    ImportFormatError,
+    check_record,
+    plural_counts,
+)
 from .validation import checked_session_id
 
 __all__ = ["ExportFile", "ImportFormatError", "check_session", "read_session", "write_session"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 def _line(record: dict[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write_session(out: IO[str], session_id: str, records: Iterable[dict[str, Any]]) -> int:
-    """Write one session's records and the end line; returns the number of lines."""
+def write_session(
+    out: IO[str],
+    session_id: str,
+    records: Iterable[dict[str, Any]],
+    key_rules: KeyRules | None = None,
+) -> int:
+    """Write one session's records and the end line; returns the number of lines. The
+    header names the session's ``key_rules`` (those its keys were made with)."""
     digest = hashlib.sha256()
     counts = dict.fromkeys(KINDS, 0)
     lines = 0
-    for record in _with_header(session_id, records):
+    for record in _with_header(session_id, records, key_rules):
         text = _line(record)
         out.write(text)
         digest.update(text.encode("utf-8"))
@@ -48,12 +63,22 @@ def write_session(out: IO[str], session_id: str, records: Iterable[dict[str, Any
     return lines + 1
 
 
-def _with_header(session_id: str, records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    yield {"kind": "session", "session_id": session_id, "format": FORMAT_VERSION}
+def _with_header(
+    session_id: str, records: Iterable[dict[str, Any]], key_rules: KeyRules | None
+) -> Iterator[dict[str, Any]]:
+    header = {"kind": "session", "session_id": session_id, "format": FORMAT_VERSION}
+    if key_rules is not None:
+        header["key_rules"] = key_rules.name
+    yield header
     yield from records
 
 
-def write_session_file(path: str | Path, session_id: str, records: Iterable[dict[str, Any]]) -> int:
+def write_session_file(
+    path: str | Path,
+    session_id: str,
+    records: Iterable[dict[str, Any]],
+    key_rules: KeyRules | None = None,
+) -> int:
     """Write one session to ``path`` atomically: into a temporary file beside it, synced,
     then renamed over it. If anything fails, ``path`` is untouched (an older backup
     there survives) and the temporary file is removed."""
@@ -63,7 +88,7 @@ def write_session_file(path: str | Path, session_id: str, records: Iterable[dict
     )
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            lines = write_session(out, session_id, records)
+            lines = write_session(out, session_id, records, key_rules)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, target)
@@ -122,6 +147,7 @@ def check_session(lines: Iterable[str], *, allow_unverified: bool = False) -> Ch
         if version is None:
             version = _check_header(record, number, allow_unverified)
             checked.session_id = record["session_id"]
+            checked.key_rules = _header_rules(record, version)
         elif isinstance(record, dict) and record.get("kind") == "end" and version >= 2:
             end = record
             continue
@@ -144,7 +170,7 @@ def _check_header(record: Any, number: int, allow_unverified: bool) -> int:
             f"line {number}: a format 1 export has no end line, so a file cut short cannot be "
             "told from a whole one; export the session again, or import it with --unverified"
         )
-    if version not in (1, FORMAT_VERSION) or isinstance(version, bool):
+    if version not in (1, 2, FORMAT_VERSION) or isinstance(version, bool):
         raise ImportFormatError(f"line {number}: unknown format {version!r}")
     try:
         checked_session_id(record.get("session_id"))
@@ -153,13 +179,26 @@ def _check_header(record: Any, number: int, allow_unverified: bool) -> int:
     return int(version)
 
 
+def _header_rules(header: dict[str, Any], version: int) -> tuple[KeyRules, ...]:
+    """The key rules a file's keys may have: those its header names, else (an older file
+    or a header without them) those of its format."""
+    name = header.get("key_rules")
+    if name is None:
+        return LEGACY_RULES if version < 3 else CURRENT_RULES
+    rules = KEY_RULES.get(name) if isinstance(name, str) else None
+    if rules is None or rules is FOLD_V1:
+        raise ImportFormatError(f"line 1: field 'key_rules' names no key rules: {name!r}")
+    return (rules,)
+
+
 def _check_end(end: dict[str, Any] | None, number: int, checked: CheckedFile, sha256: str) -> None:
     if end is None:
         raise ImportFormatError(
             f"line {number}: the file ends without its end line: the export was cut short"
         )
-    if {key: end.get(key) for key in ("turns", "entities", "contexts")} != plural_counts(
-        checked.counts
+    expected = plural_counts(checked.counts)
+    if {key: end.get(key) for key in expected} != expected or end.get("aliases", 0) != (
+        checked.counts["alias"]
     ):
         raise ImportFormatError(
             f"the end line's counts {plural_counts(checked.counts)} do not match the file's records"

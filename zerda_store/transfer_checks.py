@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .names import is_acceptable_name, name_key
+from .names import EXACT, FOLD_V1, FOLD_V2, FOLD_V2_CASELESS, KeyRules, is_acceptable_name
 from .schema import contexts, entities, extractions, max_length, turns
 
 MAX_TIMESTAMP = 253_402_300_799.0
@@ -53,8 +53,19 @@ _FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
         "turn_seq": (int,),
         "text": (str,),
     },
+    "alias": {
+        "entity_id": (int,),
+        "alias": (str,),
+        "source": (str,),
+        "created_at": _NUMBER,
+    },
 }
 KINDS = tuple(_FIELDS)
+ALIAS_SOURCES = {"manual", "merge", "mention"}
+# The key rules a file's keys may have been made with; a header that names its rules (format
+# 3) allows only those. Files of formats 1 and 2 predate fold-v2: their keys are fold-v1's.
+CURRENT_RULES = (FOLD_V2, FOLD_V2_CASELESS, EXACT)
+LEGACY_RULES = (FOLD_V1, EXACT)
 
 # The smallest and largest value of each whole-number field (the columns' types).
 _INT_RANGES = {
@@ -80,8 +91,11 @@ assert contexts.c.text.type.python_type is str
 
 
 def plural_counts(counts: dict[str, int]) -> dict[str, int]:
-    """Counts by kind as the end line names them."""
-    return {"turns": counts["turn"], "entities": counts["entity"], "contexts": counts["context"]}
+    """Counts by kind as the end line names them (aliases only if there are any)."""
+    plural = {"turns": counts["turn"], "entities": counts["entity"], "contexts": counts["context"]}
+    if counts.get("alias"):
+        plural["aliases"] = counts["alias"]
+    return plural
 
 
 class ImportFormatError(ValueError):
@@ -95,7 +109,8 @@ class CheckedFile:
 
     session_id: str = ""
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    normalized: bool | None = None
+    # The rules the file's keys agree with so far (all of them, to begin with).
+    key_rules: tuple[KeyRules, ...] = CURRENT_RULES
     _turn_ids: set[int] = field(default_factory=set)
     _entity_ids: set[int] = field(default_factory=set)
     _unique: set[tuple[str, str, Any]] = field(default_factory=set)
@@ -140,9 +155,12 @@ def check_record(record: Any, number: int, checked: CheckedFile) -> None:
     kind = record["kind"]
     for field_name in _FIELDS[kind]:
         _check_value(kind, field_name, record.get(field_name), number)
-    {"turn": _check_turn, "entity": _check_entity, "context": _check_context}[kind](
-        record, number, checked
-    )
+    {
+        "turn": _check_turn,
+        "entity": _check_entity,
+        "context": _check_context,
+        "alias": _check_alias,
+    }[kind](record, number, checked)
     checked.counts[kind] += 1
 
 
@@ -182,17 +200,25 @@ def _check_entity(record: dict[str, Any], number: int, checked: CheckedFile) -> 
 
 
 def _check_key(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
-    """The key must be the one the API computes from the name, in one key mode for the
-    whole file (normalized, or the original's exact names)."""
+    """The key must be the one the API computes from the name, under one set of key rules
+    for the whole file (the header's, or, in an older file, fold-v1's or the exact names)."""
     name, key = record["name"], record["name_key"]
-    normalized = name_key(name)
-    modes = {mode for mode, expected in ((True, normalized), (False, name)) if key == expected}
-    if not modes:
-        raise problem(number, "name_key", f"does not match the name (expected {normalized!r})")
-    if checked.normalized is not None and checked.normalized not in modes:
+    agreeing = tuple(rules for rules in checked.key_rules if rules.key(name) == key)
+    if not agreeing:
+        expected = checked.key_rules[0].key(name)
+        if len(checked.key_rules) == 1 or all(
+            rules.key(name) != key for rules in (*CURRENT_RULES, *LEGACY_RULES)
+        ):
+            raise problem(number, "name_key", f"does not match the name (expected {expected!r})")
         raise problem(number, "name_key", "is keyed differently from the file's other entities")
-    if len(modes) == 1:
-        checked.normalized = modes.pop()
+    checked.key_rules = agreeing
+
+
+def file_key_rules(checked: CheckedFile) -> KeyRules:
+    """The rules an import keys the file's entities with: the file's own, or, for a file
+    keyed by fold-v1 (before fold-v2), fold-v2 (the entities are re-keyed)."""
+    rules = checked.key_rules[0]
+    return FOLD_V2 if rules is FOLD_V1 else rules
 
 
 def _check_context(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
@@ -207,3 +233,12 @@ def _check_context(record: dict[str, Any], number: int, checked: CheckedFile) ->
             raise ImportFormatError(f"line {number}: a second snippet of this entity and turn")
         checked._snippets.add(pair)
     _claim(checked, "context", "id", record["id"], number)
+
+
+def _check_alias(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
+    if record["entity_id"] not in checked._entity_ids:
+        raise ImportFormatError(f"line {number}: alias of an entity not in the file")
+    if not is_acceptable_name(record["alias"]):
+        raise problem(number, "alias", "is not a storable name")
+    if record["source"] not in ALIAS_SOURCES:
+        raise problem(number, "source", f"is not one of {sorted(ALIAS_SOURCES)}")

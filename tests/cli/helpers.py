@@ -168,7 +168,11 @@ def export_records(url: str, session_id: str) -> list[dict[str, Any]]:
     """The records ``export`` writes for a session (header and end line excluded)."""
     result = succeeded(invoke(url, "export", "--session", session_id, "-o", "-"))
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-    assert lines[0] == {"kind": "session", "session_id": session_id, "format": 2}
+    assert {k: lines[0][k] for k in ("kind", "session_id", "format")} == {
+        "kind": "session",
+        "session_id": session_id,
+        "format": 3,
+    }
     assert lines[-1]["kind"] == "end"
     return lines[1:-1]
 
@@ -185,7 +189,9 @@ def canonical(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for record in records:
         record = dict(record)
-        del record["id"]
+        record.pop("id", None)
+        if record["kind"] == "alias":
+            record["entity_id"] = entity_keys[record["entity_id"]]
         if record["kind"] == "entity":
             record["first_turn_id"] = place(record["first_turn_id"])
         elif record["kind"] == "context":

@@ -185,6 +185,7 @@ def test_entity_json_is_get_entity_info_with_the_limit(shared_populated):
         "first_seen",
         "last_seen",
         "recent_contexts",
+        "aliases",
     ]
     assert info["recent_contexts"] == acme_snippets[-3:]
 

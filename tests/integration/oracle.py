@@ -105,7 +105,12 @@ def without_times(state: dict[str, Any]) -> dict[str, Any]:
     info = {
         name: None
         if details is None
-        else {k: v for k, v in details.items() if k not in ("first_seen", "last_seen")}
+        # The original has no aliases: an entity with none compares equal.
+        else {
+            k: v
+            for k, v in details.items()
+            if k not in ("first_seen", "last_seen") and (k, v) != ("aliases", [])
+        }
         for name, details in state["info"].items()
     }
     return {**state, "info": info}

@@ -1056,14 +1056,14 @@ def test_a_turn_keeps_the_first_spelling_and_the_first_known_type(make_memory):
         name = "typed"
 
         def extract(self, text):
-            return [("zed", "unknown"), ("Alice", "PERSON"), ("ZED", "ORG"), ("alice ", "GPE")]
+            return [("omar", "unknown"), ("Alice", "PERSON"), ("OMAR", "ORG"), ("alice ", "GPE")]
 
     memory = make_memory(extractor=Typed())
-    say(memory, "zed and Alice")
+    say(memory, "omar and Alice")
 
-    assert memory.list_entities() == ["zed", "Alice"]
-    assert memory.chat_memory[0]["entities"] == ["zed", "Alice"]
-    assert memory.get_entity_info("Zed")["type"] == "ORG"
+    assert memory.list_entities() == ["omar", "Alice"]
+    assert memory.chat_memory[0]["entities"] == ["omar", "Alice"]
+    assert memory.get_entity_info("Omar")["type"] == "ORG"
     assert memory.get_entity_info("alice")["type"] == "PERSON"
 
 

@@ -138,7 +138,12 @@ class Session:
 def without_times(info: dict[str, Any] | None) -> dict[str, Any] | None:
     if info is None:
         return None
-    return {k: v for k, v in info.items() if k not in ("first_seen", "last_seen")}
+    # The original has no aliases: an entity with none compares equal.
+    return {
+        k: v
+        for k, v in info.items()
+        if k not in ("first_seen", "last_seen") and (k, v) != ("aliases", [])
+    }
 
 
 class MemoryMachine(RuleBasedStateMachine):

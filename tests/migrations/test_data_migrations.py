@@ -118,3 +118,97 @@ def test_the_retention_revision_gives_snippets_their_turns_time_and_notes_their_
     assert _rows(
         alembic_engine, "SELECT turn_id IS NULL, created_at FROM contexts ORDER BY id"
     ) == [(False, 1_700_000_001.0), (False, 1_700_000_001.0), (True, 1_700_000_500.0)]
+
+
+IDENTITY_REVISION = "0006"  # re-keys sessions with the fold-v2 rules, merging collisions
+
+
+def _write_entities(alembic_runner: Any, connection: sa.Connection, names: list[str]) -> None:
+    """One turn naming ``names``, keyed as fold-v1 did (what 0005's library wrote)."""
+    from zerda_store.names import FOLD_V1
+
+    alembic_runner.insert_into(
+        "turns",
+        {
+            "session_id": "s",
+            "input_text": " ".join(names),
+            "output_text": "ok",
+            "entity_names": names,
+            "created_at": 1_700_000_001.0,
+            "idempotency_key": None,
+        },
+    )
+    turn_id = connection.exec_driver_sql("SELECT MAX(id) FROM turns").scalar_one()
+    for position, name in enumerate(names):
+        alembic_runner.insert_into(
+            "entities",
+            {
+                "session_id": "s",
+                "name_key": FOLD_V1.key(name),
+                "name": name,
+                "entity_type": "unknown",
+                "first_seen": 1_700_000_000.0 + turn_id,
+                "last_seen": 1_700_000_000.0 + turn_id,
+                "first_turn_id": turn_id,
+                "first_position": position,
+            },
+        )
+        entity_id = connection.exec_driver_sql("SELECT MAX(id) FROM entities").scalar_one()
+        alembic_runner.insert_into(
+            "contexts",
+            {
+                "session_id": "s",
+                "entity_id": entity_id,
+                "turn_id": turn_id,
+                "turn_seq": turn_id,
+                "text": f"about {name}",
+                "created_at": 1_700_000_001.0,
+            },
+        )
+
+
+def test_the_identity_revision_rekeys_and_merges_colliding_entities_through_the_log(
+    alembic_runner: Any, alembic_engine: sa.Connection
+) -> None:
+    alembic_runner.migrate_up_before(IDENTITY_REVISION)
+    _write_entities(alembic_runner, alembic_engine, ["Acme Corp", "Sarah"])
+    _write_entities(alembic_runner, alembic_engine, ["Acme Corp.", "مدرسة"])
+    _write_entities(alembic_runner, alembic_engine, ["مدرسه"])
+
+    alembic_runner.migrate_up_one()
+
+    assert _rows(alembic_engine, "SELECT name, name_key FROM entities ORDER BY id") == [
+        ("Acme Corp", "acme corp"),
+        ("Sarah", "sarah"),
+        ("مدرسة", "مدرسه"),
+    ]
+    assert _rows(
+        alembic_engine, "SELECT kept_name, merged_name, reason FROM entity_merges ORDER BY id"
+    ) == [("Acme Corp", "Acme Corp.", "key rules"), ("مدرسة", "مدرسه", "key rules")]
+    assert _rows(alembic_engine, "SELECT session_id, key_rules FROM session_key_rules") == [
+        ("s", "fold-v2")
+    ]
+    counts = "SELECT e.name, COUNT(*) FROM contexts c JOIN entities e ON e.id = c.entity_id "
+    assert dict(_rows(alembic_engine, counts + "GROUP BY e.name")) == {
+        "Acme Corp": 2,
+        "Sarah": 1,
+        "مدرسة": 2,
+    }
+
+
+def test_a_session_with_exact_keys_keeps_them_through_the_identity_revision(
+    alembic_runner: Any, alembic_engine: sa.Connection
+) -> None:
+    alembic_runner.migrate_up_before(IDENTITY_REVISION)
+    _write_entities(alembic_runner, alembic_engine, ["Sarah"])
+    alembic_engine.exec_driver_sql("UPDATE entities SET name_key = name")
+    _write_entities(alembic_runner, alembic_engine, ["Acme Corp."])
+    alembic_engine.exec_driver_sql("UPDATE entities SET name_key = name")
+
+    alembic_runner.migrate_up_one()
+
+    assert _rows(alembic_engine, "SELECT name_key FROM entities ORDER BY id") == [
+        ("Sarah",),
+        ("Acme Corp.",),
+    ]
+    assert _rows(alembic_engine, "SELECT key_rules FROM session_key_rules") == [("exact",)]

@@ -40,3 +40,10 @@ def test_names_over_256_code_points_or_with_control_characters_are_refused():
     assert not is_acceptable_name("Sa\x00rah")
     assert not is_acceptable_name("Sa\nrah")
     assert not is_acceptable_name("")
+
+
+def test_the_llm_answer_is_split_on_the_arabic_comma_too():
+    from zerda_store.extraction import _entities_in
+
+    names = [entity.name for entity in _entities_in("أحمد، شركة النور, Acme", "generate")]
+    assert names == ["أحمد", "شركة النور", "Acme"]

@@ -22,6 +22,7 @@ def test_the_builders_give_each_insert_column_once_in_table_order():
         entities: rows.entity_row(
             "s",
             name_key="k",
+            core_key="k",
             name="K",
             entity_type="unknown",
             first_seen=1.0,

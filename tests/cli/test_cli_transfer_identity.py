@@ -1,0 +1,93 @@
+"""Aliases and key rules through export, import and copy: an alias names its entity in
+the copy too, the file names its key rules, and an older file keyed by the rules before
+fold-v2 is re-keyed on import."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from tests.cli.helpers import invoke, one_line_error, succeeded, url_maker
+from tests.support import KeywordLLM
+from zerda_store import ConversationEntityMemory
+from zerda_store.names import FOLD_V1
+
+NAMES = ["Robert Smith", "Bobby", "Acme Corp"]
+
+
+def seed(url: str, session_id: str = "s") -> None:
+    with url_maker(url)(KeywordLLM(NAMES), session_id=session_id) as memory:
+        memory.save_context({"input": "Robert Smith of Acme Corp"}, {"output": "ok"})
+        memory.add_alias("Robert Smith", "Bobby")
+        memory.add_alias("Acme Corp", "ACME Corporation")
+
+
+def view(url: str, session_id: str) -> dict[str, object]:
+    with ConversationEntityMemory(
+        KeywordLLM(NAMES), database_url=url, session_id=session_id
+    ) as memory:
+        return {
+            "entities": memory.list_entities(),
+            "aliases": [(a["entity"], a["alias"], a["source"]) for a in memory.aliases()],
+            "bobby": memory.get_entity_info("Bobby")["name"],
+            "recall": memory.load_memory_variables({"input": "and Bobby?"}),
+            "rules": memory.key_rules.name,
+        }
+
+
+def test_aliases_survive_export_and_import(database_url, tmp_path):
+    seed(database_url)
+    path = tmp_path / "s.jsonl"
+    succeeded(invoke(database_url, "export", "--session", "s", "-o", str(path)))
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert lines[0]["key_rules"] == "fold-v2"
+    assert [line["kind"] for line in lines].count("alias") == 2
+    assert lines[-1]["aliases"] == 2
+
+    succeeded(invoke(database_url, "import", str(path), "--session", "t"))
+    assert view(database_url, "t") == view(database_url, "s")
+    assert view(database_url, "t")["bobby"] == "Robert Smith"
+
+
+def test_aliases_survive_a_copy_to_another_database(database_url, sqlite_url):
+    seed(database_url)
+    succeeded(invoke(database_url, "copy", "--to", sqlite_url))
+    assert view(sqlite_url, "s") == view(database_url, "s")
+
+
+def test_a_file_keyed_by_the_older_rules_is_rekeyed_on_import(database_url, tmp_path):
+    def line(record: dict[str, object]) -> str:
+        return json.dumps(record, ensure_ascii=False) + "\n"
+
+    body = [
+        line({"kind": "session", "session_id": "old", "format": 2}),
+        line(
+            {"kind": "entity", "id": 1, "name_key": FOLD_V1.key("Acme Corp."), "name": "Acme Corp.",
+             "entity_type": "ORG", "first_seen": 1.0, "last_seen": 1.0, "first_turn_id": 0,
+             "first_position": 0}
+        ),
+        line({"kind": "context", "id": 1, "entity_id": 1, "turn_id": None, "turn_seq": 0,
+              "text": "a note"}),
+    ]  # fmt: skip
+    digest = hashlib.sha256("".join(body).encode()).hexdigest()
+    end = line({"kind": "end", "turns": 0, "entities": 1, "contexts": 1, "sha256": digest})
+    path = Path(tmp_path / "old.jsonl")
+    path.write_text("".join(body) + end, encoding="utf-8")
+
+    succeeded(invoke(database_url, "import", str(path), "--session", "old"))
+    with ConversationEntityMemory(database_url=database_url, session_id="old") as memory:
+        assert memory.get_entity_info("Acme Corp")["recent_contexts"] == ["a note"]
+
+
+def test_a_file_of_other_key_rules_is_refused_by_a_session_keyed_otherwise(database_url, tmp_path):
+    with url_maker(database_url)(KeywordLLM(["Sarah"]), session_id="x") as memory:
+        memory.save_context({"input": "Sarah"}, {"output": "ok"})
+    with url_maker(database_url)(
+        KeywordLLM(["Sarah"]), session_id="y", normalize_names=False
+    ) as memory:
+        memory.save_context({"input": "Sarah"}, {"output": "ok"})
+    path = tmp_path / "x.jsonl"
+    succeeded(invoke(database_url, "export", "--session", "x", "-o", str(path)))
+    error = one_line_error(invoke(database_url, "import", str(path), "--session", "y", "--merge"))
+    assert "keyed with the 'exact' key rules" in error

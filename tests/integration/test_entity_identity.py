@@ -1,0 +1,153 @@
+"""Entity identity on both backends: aliases, titled forms joining their bare form,
+merges undone exactly, and each session's key rules."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from tests.support import FixedLLM, KeywordLLM
+from zerda_store import ConversationEntityMemory, Store
+from zerda_store.merging import MergeError
+from zerda_store.resolution import KeyRulesMismatchError
+
+TABLES = ("turns", "entities", "contexts", "entity_aliases", "extractions")
+
+
+def dump(database_url: str) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of the memory's tables, by id."""
+    engine = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as connection:
+            return {
+                table: [tuple(row) for row in connection.exec_driver_sql(
+                    f"SELECT * FROM {table} ORDER BY id"
+                )]
+                for table in TABLES
+            }  # fmt: skip
+    finally:
+        engine.dispose()
+
+
+def say(memory: ConversationEntityMemory, text: str) -> None:
+    memory.save_context({"input": text}, {"output": "ok"})
+
+
+def recall(memory: ConversationEntityMemory, text: str) -> str:
+    return memory.load_memory_variables({"input": text})["entity_info"]
+
+
+def test_a_titled_form_joins_its_bare_form_and_is_kept_as_an_alias(make_memory):
+    llm = FixedLLM("Sarah Chen")
+    memory = make_memory(llm)
+    say(memory, "Sarah Chen signed")
+    llm.response = "Dr. Sarah Chen"
+    say(memory, "Dr. Sarah Chen called")
+
+    assert memory.list_entities() == ["Sarah Chen"]
+    info = memory.get_entity_info("Dr Sarah Chen")
+    assert info["contexts_count"] == 2
+    assert info["aliases"] == ["Dr. Sarah Chen"]
+    assert recall(memory, "Dr. Sarah Chen?").startswith("Previous information about Sarah Chen:")
+
+
+def test_different_titles_on_one_surname_stay_two_people(make_memory):
+    llm = FixedLLM("Mr. Lee")
+    memory = make_memory(llm)
+    say(memory, "Mr. Lee paid")
+    llm.response = "Mrs. Lee"
+    say(memory, "Mrs. Lee called")
+    llm.response = "Lee"
+    say(memory, "Lee wrote")
+
+    # Two candidates for a bare "Lee": ambiguous, so an entity of its own.
+    assert memory.list_entities() == ["Mr. Lee", "Mrs. Lee", "Lee"]
+
+
+def test_an_alias_names_its_entity_in_saves_recall_and_lookups(make_memory):
+    llm = KeywordLLM(["Robert Smith", "Bobby"])
+    memory = make_memory(llm)
+    say(memory, "Robert Smith renewed")
+    assert memory.add_alias("Robert Smith", "Bobby") is True
+    assert memory.add_alias("Robert Smith", "Bobby") is False
+    say(memory, "Bobby asked for a discount")
+
+    assert memory.list_entities() == ["Robert Smith"]
+    assert memory.get_entity_info("Bobby")["contexts_count"] == 2
+    assert recall(memory, "what about Bobby?") == (
+        "Previous information about Robert Smith:\n"
+        "Robert Smith renewed ok\nBobby asked for a discount ok"
+    )
+    assert memory.remove_alias("Bobby") is True
+    assert memory.get_entity_info("Bobby") is None
+
+
+def test_an_alias_that_is_another_entity_is_refused(make_memory):
+    memory = make_memory(KeywordLLM(["Sarah", "Omar"]))
+    say(memory, "Sarah and Omar")
+    with pytest.raises(MergeError, match="merge the two entities"):
+        memory.add_alias("Sarah", "Omar")
+
+
+def test_merge_then_unmerge_leaves_the_database_as_before(make_memory, database_url):
+    llm = KeywordLLM(["Robert", "Bob", "Acme Corp"])
+    memory = make_memory(llm)
+    say(memory, "Bob from Acme Corp")
+    say(memory, "Robert and Bob are one person")  # a turn naming both: one snippet kept
+    say(memory, "Robert again")
+    memory.add_alias("Bob", "Bobby")
+    memory.entity_store["Bob"].add_context("a note on Bob")
+    bob_first_seen = memory.get_entity_info("Bob")["first_seen"]
+    before = dump(database_url)
+
+    receipt = memory.merge_entities("Robert", "Bob")
+    assert receipt["dropped_snippets"] == 1 and receipt["moved_snippets"] == 2
+    assert sorted(memory.list_entities()) == ["Acme Corp", "Robert"]
+    merged = memory.get_entity_info("Bob")
+    assert merged["name"] == "Robert"
+    assert merged["contexts_count"] == 4
+    assert sorted(merged["aliases"]) == ["Bob", "Bobby"]
+    assert merged["first_seen"] == bob_first_seen
+
+    memory.unmerge(receipt["merge_id"])
+    assert dump(database_url) == before
+    assert memory.merges()[0]["undone_at"] is not None
+    with pytest.raises(MergeError, match="undone already"):
+        memory.unmerge(receipt["merge_id"])
+
+
+def test_unmerge_is_refused_once_the_kept_entity_was_merged_away(make_memory):
+    memory = make_memory(KeywordLLM(["Ann", "Anna", "Annie"]))
+    say(memory, "Ann Anna Annie")
+    first = memory.merge_entities("Anna", "Ann")
+    memory.merge_entities("Annie", "Anna")
+    with pytest.raises(MergeError, match="undo merge 2 first"):
+        memory.unmerge(first["merge_id"])
+
+
+def test_a_session_is_never_keyed_two_ways(make_memory, database_url):
+    exact = make_memory(FixedLLM("Sarah"), normalize_names=False, session_id="s")
+    say(exact, "Sarah joined")
+    normalized = make_memory(FixedLLM("Sarah"), session_id="s")
+    with pytest.raises(KeyRulesMismatchError, match="normalize_names=False"):
+        say(normalized, "Sarah again")
+    assert len(exact.chat_memory) == 1
+    with Store(database_url) as store:
+        reopened = ConversationEntityMemory.for_session(store, "s")
+        assert reopened.key_rules.name == "exact"
+
+
+def test_an_ordinary_word_in_lower_case_is_not_the_capitalised_name(make_memory):
+    llm = FixedLLM("Bill, Sarah")
+    memory = make_memory(llm)
+    say(memory, "Bill and Sarah")
+    llm.response = "bill, sarah"
+    say(memory, "the bill for sarah")
+
+    assert memory.list_entities() == ["Bill", "Sarah", "bill"]
+    assert memory.get_entity_info("SARAH")["contexts_count"] == 2
+    caseless = make_memory(FixedLLM("Bill"), merge_lowercase_words=True, session_id="c")
+    say(caseless, "Bill")
+    caseless.llm = FixedLLM("bill")
+    say(caseless, "bill")
+    assert caseless.list_entities() == ["Bill"]
