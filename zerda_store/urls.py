@@ -4,6 +4,13 @@ A password may come in the userinfo (``user:password@host``, with or without per
 of its ``@`` signs) or in the query (``?password=...``, which libpq and psycopg accept). Every
 message and log line shows the URL through :func:`safe_url` and driver text through
 :func:`scrub`, so that no form of a password is ever shown.
+
+A Postgres URL may name several servers, as libpq's do
+(``postgresql://app@h1:5432,h2:5433/crm?target_session_attrs=read-write``): the driver tries
+them in turn and, with ``target_session_attrs=read-write``, keeps the one that accepts writes,
+which is how an application follows a failover. SQLAlchemy reads such a list from the query
+only (``?host=h1,h2&port=5432,5433``), so :func:`parse_url` moves it there, and
+:func:`safe_url` shows it as written.
 """
 
 from __future__ import annotations
@@ -23,9 +30,14 @@ _SECRET_KEY = re.compile(r"pass|pwd|secret|token|credential", re.IGNORECASE)
 # only be in the query (else "user:2024/pa@host" would be the host "user" on port 2024);
 # after userinfo the port may be anything, so that a bad port is reported as one rather than
 # taken for part of the password.
-_HOST = r"(?:\[[^\]]*\]|[^@/?:\[\]]*)"
-_LOCATION = re.compile(rf"{_HOST}(?::\d*)?(?:/[^?@]*)?(?:\?.*)?", re.DOTALL)
-_LOCATION_AFTER_USERINFO = re.compile(rf"{_HOST}(?::[^@/?]*)?(?:/[^?]*)?(?:\?.*)?", re.DOTALL)
+# A list of hosts is separated by commas, each host with its own optional port.
+_HOST = r"(?:\[[^\]]*\]|[^@/?:,\[\]]*)"
+_HOSTS = rf"{_HOST}(?::\d*)?(?:,{_HOST}(?::\d*)?)*"
+_HOSTS_AFTER_USERINFO = rf"{_HOST}(?::[^@/?,]*)?(?:,{_HOST}(?::[^@/?,]*)?)*"
+_LOCATION = re.compile(rf"{_HOSTS}(?:/[^?@]*)?(?:\?.*)?", re.DOTALL)
+_LOCATION_AFTER_USERINFO = re.compile(rf"{_HOSTS_AFTER_USERINFO}(?:/[^?]*)?(?:\?.*)?", re.DOTALL)
+# One host of a list: a name or [IPv6 address], and its port.
+_HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:]*)(?::(.*))?", re.DOTALL)
 # user[:password]: the user holds no ":" or "/", the password anything.
 _USERINFO = re.compile(r"[^:/]*(?::.*)?", re.DOTALL)
 
@@ -33,15 +45,34 @@ _USERINFO = re.compile(r"[^:/]*(?::.*)?", re.DOTALL)
 def parse_url(text: str) -> URL:
     """``text`` as a SQLAlchemy URL. The userinfo ends at the last ``@`` before the host, so
     a password may hold unencoded ``@`` signs (SQLAlchemy alone ends it at the first one and
-    takes the rest for the host), and an ``@`` in the database or the query is left there."""
+    takes the rest for the host), and an ``@`` in the database or the query is left there.
+    A list of hosts (``h1:5432,h2:5433``) goes to the query, where SQLAlchemy reads it."""
     scheme, separator, rest = text.partition("://")
     split = _split_userinfo(rest) if separator else None
     if split is not None:
         userinfo, location = split
         # Encoded, every "@" but the userinfo's end is data to SQLAlchemy, which decodes it.
         prefix = "" if userinfo is None else userinfo.replace("@", "%40") + "@"
-        text = f"{scheme}://{prefix}{location.replace('@', '%40')}"
+        text = f"{scheme}://{prefix}{_hosts_to_query(location).replace('@', '%40')}"
     return make_url(text)
+
+
+def _hosts_to_query(location: str) -> str:
+    """``location`` (hosts, database, query) with a list of several hosts moved into the
+    query as ``host=h1,h2&port=p1,p2`` (an IPv6 address loses its brackets there; a host
+    without a port gets the empty one, the driver's default). One host stays where it is."""
+    end = min((i for i in (location.find("/"), location.find("?")) if i >= 0), default=None)
+    hosts, rest = location[:end], location[len(location) if end is None else end :]
+    if "," not in hosts:
+        return location
+    pairs = [_HOST_PORT.fullmatch(host) for host in hosts.split(",")]
+    names = ",".join(pair.group(1).strip("[]") for pair in pairs if pair is not None)
+    ports = ",".join(pair.group(2) or "" for pair in pairs if pair is not None)
+    database, _, query = rest.partition("?")
+    listed = f"host={quote(names, safe='')}"
+    if ports.strip(","):
+        listed += f"&port={quote(ports, safe='')}"
+    return f"{database}?{listed}" + (f"&{query}" if query else "")
 
 
 def _split_userinfo(rest: str) -> tuple[str | None, str] | None:
@@ -76,14 +107,41 @@ def with_password_from_query(url: URL) -> URL:
 
 
 def safe_url(url: URL) -> str:
-    """The URL as text with its password and every secret query value masked."""
+    """The URL as text with its password and every secret query value masked; a list of
+    hosts is shown where libpq's URLs have it (``app:***@h1:5432,h2:5433/db``)."""
+    hosts = host_list(url)
+    query = dict(url.query)
+    if hosts is not None:
+        query = {key: value for key, value in query.items() if key not in ("host", "port")}
     shown = url.set(query={}).render_as_string(hide_password=True)
+    if hosts is not None:
+        scheme, _, rest = shown.partition("://")
+        slash = rest.find("/")
+        at = len(rest) if slash < 0 else slash
+        shown = f"{scheme}://{rest[:at]}{','.join(hosts)}{rest[at:]}"
     items = [
         f"{quote_plus(key)}={MASK if is_secret_key(key) else quote_plus(value)}"
-        for key in sorted(url.query)
-        for value in _values(url.query[key])
+        for key in sorted(query)
+        for value in _values(query[key])
     ]
     return f"{shown}?{'&'.join(items)}" if items else shown
+
+
+def host_list(url: URL) -> list[str] | None:
+    """The servers of a URL that names them in its query (``?host=h1,h2&port=p1,p2``, or
+    ``?host=h1:p1&host=h2:p2``) as ``host:port`` (an IPv6 address in brackets), in the order
+    the driver tries them; None when the URL names its host the usual way, or one socket
+    folder."""
+    if url.host is not None or "host" not in url.query:
+        return None
+    hosts = [h for value in _values(url.query["host"]) for h in value.split(",")]
+    ports = [p for value in _values(url.query.get("port", ())) for p in value.split(",")]
+    if len(hosts) < 2 and not ports and ":" not in hosts[0]:
+        return None
+    shown = [f"[{h}]" if h.count(":") > 1 else h for h in hosts]
+    if ports:
+        return [f"{h}:{p}" if p else h for h, p in zip(shown, ports, strict=False)]
+    return shown
 
 
 def secrets(url: URL) -> list[str]:
