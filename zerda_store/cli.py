@@ -27,6 +27,7 @@ from .cli_common import (
     session_option,
     when,
 )
+from .cli_db import distribute
 from .cli_identity import alias, merge, merges, similar, unmerge
 from .cli_retention import prune, retention
 from .cli_transfer import copy, export_command, import_command
@@ -85,6 +86,9 @@ for command in (
 @main.group()
 def db() -> None:
     """Manage the database schema (Alembic migrations)."""
+
+
+db.add_command(distribute)
 
 
 @db.command("upgrade")

@@ -102,7 +102,10 @@ def _recall_lateral(aged: bool = False) -> Any:
     age = (contexts.c.created_at,) if aged else ()
     newest = (
         sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"), *age)
-        .where(contexts.c.entity_id == entities.c.id)
+        # The session too, so that Citus routes the whole recall to the session's shard.
+        .where(
+            contexts.c.entity_id == entities.c.id, contexts.c.session_id == entities.c.session_id
+        )
         .order_by(*NEWEST_FIRST)
         .limit(sa.bindparam("limit"))
         .lateral("newest")

@@ -1,0 +1,128 @@
+"""`db distribute [--dry-run]`: refused in one line on SQLite, on Postgres without the
+citus extension, on a schema behind head and while a Citus rule is broken; the statements
+it runs, checked on Postgres with stand-ins for Citus's functions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.cli.helpers import invoke, one_line_error, succeeded
+from tests.conftest import _new_postgres_database
+from zerda_store import Store, distribution, migrate
+
+PLAN = [
+    "SELECT create_reference_table('retention_policies')",
+    "SELECT create_distributed_table('turns', 'session_id')",
+    "SELECT create_distributed_table('entities', 'session_id', colocate_with => 'turns')",
+    "SELECT create_distributed_table('contexts', 'session_id', colocate_with => 'turns')",
+    "SELECT create_distributed_table('extractions', 'session_id', colocate_with => 'turns')",
+]
+
+# Citus's two functions, as stand-ins that record their calls.
+STAND_INS = """
+CREATE TABLE citus_calls (n serial PRIMARY KEY, call text NOT NULL);
+CREATE FUNCTION create_reference_table(t regclass) RETURNS void LANGUAGE sql
+  AS $$ INSERT INTO citus_calls (call) VALUES ('reference ' || t::text) $$;
+CREATE FUNCTION create_distributed_table(t regclass, c text, colocate_with text DEFAULT '')
+  RETURNS void LANGUAGE sql
+  AS $$ INSERT INTO citus_calls (call) VALUES ('distributed ' || t::text || ' ' || c || ' '
+        || colocate_with) $$;
+"""
+
+
+def test_the_plan_references_the_policies_then_distributes_parents_first() -> None:
+    assert distribution.statements() == PLAN
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_sqlite_database_is_refused_in_one_line(sqlite_url: str, dry_run: list[str]) -> None:
+    with Store(sqlite_url) as store:
+        migrate.upgrade(store)
+    line = one_line_error(invoke(sqlite_url, "db", "distribute", *dry_run))
+    assert "SQLite database cannot be distributed" in line
+
+
+def test_a_sqlite_file_that_is_not_there_is_not_created(tmp_path: Path) -> None:
+    line = one_line_error(invoke(f"sqlite:///{tmp_path / 'none.db'}", "db", "distribute"))
+    assert "cannot be distributed" in line
+    assert not (tmp_path / "none.db").exists()
+
+
+@pytest.mark.postgres
+def test_postgres_without_citus_is_refused_in_one_line_and_left_as_it_was(
+    postgres_url: str,
+) -> None:
+    line = one_line_error(invoke(postgres_url, "db", "distribute"))
+    assert "the citus extension is not installed" in line
+    assert "CREATE EXTENSION citus" in line
+    with Store(postgres_url) as store:
+        assert migrate.current_revision(store) == migrate.head_revision()
+
+
+@pytest.mark.postgres
+def test_the_dry_run_prints_the_statements_and_every_blocker(postgres_url: str) -> None:
+    lines = succeeded(invoke(postgres_url, "db", "distribute", "--dry-run")).stdout.splitlines()
+    assert lines[: len(PLAN)] == [f"{statement};" for statement in PLAN]
+    blockers = lines[len(PLAN) :]
+    assert blockers[0].startswith("-- blocked: the citus extension is not installed")
+    assert sorted(blockers[1:]) == sorted(
+        f"-- blocked: {v} (see the README, Running on Citus)" for v in distribution.KNOWN_EXCEPTIONS
+    )
+
+
+@pytest.mark.postgres
+def test_a_schema_behind_head_is_refused_with_the_command_to_run(
+    postgres_admin: sa.Engine,
+) -> None:
+    url, drop = _new_postgres_database(postgres_admin)
+    try:
+        with Store(url) as store:
+            migrate.upgrade(store, "0004")
+        line = one_line_error(invoke(url, "db", "distribute"))
+        assert "zerda-store db upgrade" in line
+    finally:
+        drop()
+
+
+@pytest.mark.postgres
+def test_with_citus_a_broken_rule_is_refused_and_nothing_runs(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(distribution, "citus_version", lambda connection: "12.1")
+    _install_stand_ins(postgres_url)
+    line = one_line_error(invoke(postgres_url, "db", "distribute"))
+    first = min(distribution.KNOWN_EXCEPTIONS)
+    assert f"cannot distribute: {first}" in line
+    assert f"and {len(distribution.KNOWN_EXCEPTIONS) - 1} more" in line
+    assert _calls(postgres_url) == []
+
+
+@pytest.mark.postgres
+def test_with_citus_and_the_rules_followed_it_runs_the_plan_in_order(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(distribution, "citus_version", lambda connection: "12.1")
+    monkeypatch.setattr(distribution, "violations", lambda connection: set())
+    _install_stand_ins(postgres_url)
+    output = succeeded(invoke(postgres_url, "db", "distribute")).stdout
+    assert "tables distributed by session_id" in output
+    assert _calls(postgres_url) == [
+        "reference retention_policies",
+        "distributed turns session_id ",
+        "distributed entities session_id turns",
+        "distributed contexts session_id turns",
+        "distributed extractions session_id turns",
+    ]
+
+
+def _install_stand_ins(url: str) -> None:
+    with Store(url) as store, store.connect() as connection, connection.begin():
+        connection.exec_driver_sql(STAND_INS)
+
+
+def _calls(url: str) -> list[str]:
+    with Store(url) as store, store.connect() as connection:
+        return list(connection.exec_driver_sql("SELECT call FROM citus_calls ORDER BY n").scalars())
