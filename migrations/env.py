@@ -8,6 +8,7 @@ migration transaction) through ``config.attributes["connection"]``. Run as plain
 from __future__ import annotations
 
 from logging.config import fileConfig
+from typing import Any
 
 from alembic import context
 from sqlalchemy.engine import Connection
@@ -17,6 +18,19 @@ from zerda_store.engine import Store
 from zerda_store.schema import metadata
 
 config = context.config
+
+
+def _included(dialect: str) -> Any:
+    """What autogenerate compares: all of the schema, but on Postgres the unique
+    ``(session_id, id)`` of turns and entities, which the primary key is there (0007)."""
+
+    def included(item: Any, name: str | None, kind: str, reflected: bool, other: Any) -> bool:
+        served_by_primary_key = (name or "").endswith("_session_id_id")
+        return not (
+            dialect == "postgresql" and kind == "unique_constraint" and served_by_primary_key
+        )
+
+    return included
 
 
 def run_migrations(connection: Connection) -> None:
@@ -36,6 +50,7 @@ def run_migrations(connection: Connection) -> None:
         render_as_batch=connection.dialect.name == "sqlite",
         compare_server_default=connection.dialect.name == "postgresql",
         transaction_per_migration=False,
+        include_object=_included(connection.dialect.name),
     )
     with context.begin_transaction():
         context.run_migrations()

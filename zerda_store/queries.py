@@ -69,7 +69,9 @@ class Queries:
             return compile_statement(statement, dialect)
 
         in_session = entities.c.session_id == session_param()
-        of_entity = contexts.c.entity_id == param("entity_id")
+        of_entity = sa.and_(
+            contexts.c.session_id == session_param(), contexts.c.entity_id == param("entity_id")
+        )
         self.entity_by_key = compiled(
             sa.select(*ENTITY_SELECT).where(
                 in_session, entities.c.name_key == param("key", sa.String)
@@ -112,13 +114,19 @@ class Queries:
         self._notes(compiled)
 
     def _notes(self, compiled: Any) -> None:
-        """``Entity.add_context``: a snippet of no turn, ordered after every turn so far."""
-        self.entity_session = compiled(
-            sa.select(entities.c.session_id, entities.c.last_seen).where(
-                entities.c.id == param("entity_id")
-            )
+        """``Entity.add_context``: a snippet of no turn, ordered after every turn of its
+        session so far."""
+        of_entity = sa.and_(
+            entities.c.session_id == session_param(), entities.c.id == param("entity_id")
         )
-        newest_turn = sa.select(sa.func.coalesce(sa.func.max(turns.c.id), 0)).scalar_subquery()
+        self.entity_session = compiled(
+            sa.select(entities.c.session_id, entities.c.last_seen).where(of_entity)
+        )
+        newest_turn = (
+            sa.select(sa.func.coalesce(sa.func.max(turns.c.id), 0))
+            .where(turns.c.session_id == session_param())
+            .scalar_subquery()
+        )
         self.add_context = compiled(
             contexts.insert().values(
                 session_id=session_param(),
@@ -130,7 +138,5 @@ class Queries:
             )
         )
         self.set_last_seen = compiled(
-            entities.update()
-            .where(entities.c.id == param("entity_id"))
-            .values(last_seen=param("last_seen", sa.Double))
+            entities.update().where(of_entity).values(last_seen=param("last_seen", sa.Double))
         )

@@ -113,16 +113,14 @@ class Repository(TurnHistory):
 
         return self.store.write(work, SessionLock(session_id))
 
-    def add_context(self, entity_id: int, text: str, at: float) -> float:
-        """Add a snippet that belongs to no turn; it counts as newer than every turn so far.
-        Returns the entity's ``last_seen`` afterwards."""
+    def add_context(self, session_id: str, entity_id: int, text: str, at: float) -> float:
+        """Add a snippet that belongs to no turn; it counts as newer than every turn of the
+        session so far. Returns the entity's ``last_seen`` afterwards."""
         queries = self._queries
-        entity = self.store.read(lambda t: t.run(queries.entity_session, {"entity_id": entity_id}))
-        if not entity:
-            raise LookupError("the entity no longer exists")
+        of_entity = {"session_id": session_id, "entity_id": entity_id}
 
         def work(transaction: Transaction) -> float:
-            rows = transaction.run(queries.entity_session, {"entity_id": entity_id})
+            rows = transaction.run(queries.entity_session, of_entity)
             if not rows:
                 raise LookupError("the entity no longer exists")
             values = {
@@ -133,10 +131,10 @@ class Repository(TurnHistory):
             }
             transaction.run(queries.add_context, values)
             last_seen = max(rows[0].last_seen, at)
-            transaction.run(queries.set_last_seen, {"entity_id": entity_id, "last_seen": last_seen})
+            transaction.run(queries.set_last_seen, {**of_entity, "last_seen": last_seen})
             return float(last_seen)
 
-        return self.store.write(work, SessionLock(entity[0].session_id))
+        return self.store.write(work, SessionLock(session_id))
 
     # -- reads --------------------------------------------------------------------------
 
@@ -183,7 +181,11 @@ class Repository(TurnHistory):
         if not found:
             return None
         entity = entity_record(found[0])
-        values = {"entity_id": entity.id, "cutoff": visible.cutoff_of(entity.entity_type)}
+        values = {
+            "session_id": session_id,
+            "entity_id": entity.id,
+            "cutoff": visible.cutoff_of(entity.entity_type),
+        }
         count = int(transaction.run(self._visible.count_contexts, values)[0].count)
         count = _capped(count, visible.keep_last(entity.entity_type))
         return (entity, count) if count else None
@@ -237,32 +239,32 @@ class Repository(TurnHistory):
     def _recent(
         self,
         transaction: Transaction,
-        entity_id: int,
+        of_entity: dict[str, Any],
         limit: int | None,
         visible: Visibility | None = None,
         entity_type: str = "",
     ) -> list[str]:
+        """``of_entity``: the entity's ``session_id`` and ``entity_id``."""
         if visible is not None:
-            return self._recent_visible(transaction, entity_id, limit, visible, entity_type)
+            return self._recent_visible(transaction, of_entity, limit, visible, entity_type)
         if limit is None:
-            rows = transaction.run(self._queries.all_contexts, {"entity_id": entity_id})
+            rows = transaction.run(self._queries.all_contexts, of_entity)
             return [row.text for row in rows]
-        values = {"entity_id": entity_id, "limit": limit}
-        newest = transaction.run(self._queries.recent_contexts, values)
+        newest = transaction.run(self._queries.recent_contexts, {**of_entity, "limit": limit})
         return [row.text for row in reversed(newest)]
 
     def _recent_visible(
         self,
         transaction: Transaction,
-        entity_id: int,
+        of_entity: dict[str, Any],
         limit: int | None,
         visible: Visibility,
         entity_type: str,
     ) -> list[str]:
         if limit is None:
-            rows = transaction.run(self._visible.all_contexts, {"entity_id": entity_id})
+            rows = transaction.run(self._visible.all_contexts, of_entity)
         else:
-            values = {"entity_id": entity_id, "limit": limit}
+            values = {**of_entity, "limit": limit}
             rows = transaction.run(self._visible.recent_contexts, values)[::-1]
         cutoff = visible.cutoff_of(entity_type)
         texts = [row.text for row in rows if row.created_at >= cutoff]
@@ -270,14 +272,16 @@ class Repository(TurnHistory):
 
     def recent_contexts(
         self,
+        session_id: str,
         entity_id: int,
         limit: int | None,
         visible: Visibility | None = None,
         entity_type: str = "",
     ) -> list[str]:
         """The last ``limit`` snippets of an entity, oldest first (all of them for None)."""
+        of_entity = {"session_id": session_id, "entity_id": entity_id}
         return self.store.read(
-            lambda transaction: self._recent(transaction, entity_id, limit, visible, entity_type)
+            lambda transaction: self._recent(transaction, of_entity, limit, visible, entity_type)
         )
 
     def entity_details(
@@ -315,14 +319,16 @@ class Repository(TurnHistory):
             if found is None:
                 return None
             entity, count = found
-            recent = self._recent(transaction, entity.id, limit, visible, entity.entity_type)
+            of_entity = {"session_id": session_id, "entity_id": entity.id}
+            recent = self._recent(transaction, of_entity, limit, visible, entity.entity_type)
             return entity, count, recent
         rows = transaction.run(queries.entity_by_key, {"session_id": session_id, "key": key})
         if not rows:
             return None
         entity = entity_record(rows[0])
-        count = transaction.run(queries.count_contexts, {"entity_id": entity.id})[0].count
-        return entity, int(count), self._recent(transaction, entity.id, limit)
+        of_entity = {"session_id": session_id, "entity_id": entity.id}
+        count = transaction.run(queries.count_contexts, of_entity)[0].count
+        return entity, int(count), self._recent(transaction, of_entity, limit)
 
     def iter_entities(
         self, session_id: str, visible: Visibility | None = None

@@ -1,7 +1,8 @@
 """Table definitions (SQLAlchemy Core). Alembic revisions create them; nothing here runs DDL.
 
-Every table carries ``session_id`` and every unique constraint other than a primary key
-includes it, so the tables can later be distributed by session.
+Every table carries ``session_id``; every unique constraint and every foreign key between
+the tables includes it, and on Postgres every primary key does too (revision 0007), so the
+tables can be distributed by session (Citus).
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ SESSION_ID_LENGTH = 255
 IDEMPOTENCY_KEY_LENGTH = 255
 EXTRACTOR_LENGTH = 64
 
+
+def by_session(column: str, referred: str) -> tuple[sa.ForeignKeyConstraint]:
+    """A foreign key to ``referred`` that includes the session: ``(session_id, column)``
+    refers to ``(session_id, id)``, and deleting the row deletes the rows referring to it."""
+    return (
+        sa.ForeignKeyConstraint(
+            ["session_id", column], [f"{referred}.session_id", f"{referred}.id"], ondelete="CASCADE"
+        ),
+    )
+
+
 turns = sa.Table(
     "turns",
     metadata,
@@ -39,6 +51,8 @@ turns = sa.Table(
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Column("idempotency_key", sa.String(IDEMPOTENCY_KEY_LENGTH), nullable=True),
     sa.UniqueConstraint("session_id", "idempotency_key"),
+    # What the foreign keys by session refer to (on Postgres the primary key is this pair).
+    sa.UniqueConstraint("session_id", "id"),
     sa.Index(None, "session_id", "id"),
     # Turn ids order snippets and entities, so SQLite must never reuse a deleted one.
     sqlite_autoincrement=True,
@@ -61,6 +75,7 @@ entities = sa.Table(
     sa.Column("first_turn_id", sa.BigInteger(), nullable=False),
     sa.Column("first_position", sa.Integer(), nullable=False),
     sa.UniqueConstraint("session_id", "name_key"),
+    sa.UniqueConstraint("session_id", "id"),
     sa.Index(None, "session_id", "first_turn_id", "first_position"),
     sa.Index(None, "session_id", "core_key"),
 )
@@ -75,7 +90,7 @@ entity_aliases = sa.Table(
     metadata,
     sa.Column("id", Id, primary_key=True, autoincrement=True),
     sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
-    sa.Column("entity_id", Id, sa.ForeignKey("entities.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("entity_id", Id, nullable=False),
     sa.Column("alias_key", sa.Text(), nullable=False),
     sa.Column("core_key", sa.Text(), nullable=False),
     sa.Column("alias", sa.String(MAX_NAME_LENGTH), nullable=False),
@@ -85,6 +100,7 @@ entity_aliases = sa.Table(
     sa.UniqueConstraint("session_id", "alias_key"),
     sa.Index(None, "session_id", "core_key"),
     sa.Index(None, "entity_id"),
+    *by_session("entity_id", "entities"),
 )
 
 # Every merge, with what it takes to undo it: the merged entity's row, the snippets and
@@ -124,8 +140,8 @@ contexts = sa.Table(
     metadata,
     sa.Column("id", Id, primary_key=True, autoincrement=True),
     sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
-    sa.Column("entity_id", Id, sa.ForeignKey("entities.id", ondelete="CASCADE"), nullable=False),
-    sa.Column("turn_id", Id, sa.ForeignKey("turns.id", ondelete="CASCADE"), nullable=True),
+    sa.Column("entity_id", Id, nullable=False),
+    sa.Column("turn_id", Id, nullable=True),
     # Recency: the turn's sequence number (or, for a snippet added on its own, the newest
     # turn's at that moment), then the snippet's id. Never wall-clock time.
     sa.Column("turn_seq", sa.BigInteger(), nullable=False),
@@ -136,6 +152,8 @@ contexts = sa.Table(
     sa.Index(None, "entity_id", "turn_seq", "id"),
     sa.Index(None, "session_id"),
     sa.Index(None, "turn_id"),
+    *by_session("entity_id", "entities"),
+    *by_session("turn_id", "turns"),
 )
 
 # One row per saved turn: how its extraction went. ``reextract`` retries the failed ones.
@@ -144,7 +162,7 @@ extractions = sa.Table(
     metadata,
     sa.Column("id", Id, primary_key=True, autoincrement=True),
     sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
-    sa.Column("turn_id", Id, sa.ForeignKey("turns.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("turn_id", Id, nullable=False),
     sa.Column("extractor", sa.String(EXTRACTOR_LENGTH), nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("error", sa.Text(), nullable=True),
@@ -155,6 +173,7 @@ extractions = sa.Table(
     sa.UniqueConstraint("session_id", "turn_id"),
     sa.Index(None, "status", "session_id", "turn_id"),
     sa.Index(None, "turn_id"),
+    *by_session("turn_id", "turns"),
 )
 
 

@@ -21,11 +21,13 @@ class Entity:
     def __init__(
         self,
         repository: Repository,
+        session_id: str,
         record: EntityRecord,
         now: Callable[[], float],
         visible: Callable[[], Visibility | None] = lambda: None,
     ) -> None:
         self._repository = repository
+        self._session_id = session_id
         self._now = now
         self._visible = visible
         self._id = record.id
@@ -40,18 +42,22 @@ class Entity:
     @property
     def contexts(self) -> list[str]:
         """Every snippet of the entity, oldest first."""
-        return self._repository.recent_contexts(self._id, None, self._visible(), self.entity_type)
+        return self._repository.recent_contexts(
+            self._session_id, self._id, None, self._visible(), self.entity_type
+        )
 
     def add_context(self, context: str) -> None:
         """Store a snippet for this entity; it counts as the most recent one."""
         text = checked_text(context, "context")
-        self.last_seen = self._repository.add_context(self._id, text, self._now())
+        self.last_seen = self._repository.add_context(self._session_id, self._id, text, self._now())
 
     def get_recent_contexts(self, limit: int | None = 3) -> list[str]:
         """The last ``limit`` snippets, oldest first; ``None`` gives all of them."""
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1 (or None for all), got {limit}")
-        return self._repository.recent_contexts(self._id, limit, self._visible(), self.entity_type)
+        return self._repository.recent_contexts(
+            self._session_id, self._id, limit, self._visible(), self.entity_type
+        )
 
 
 class EntityStoreView(Mapping[str, Entity]):
@@ -68,7 +74,7 @@ class EntityStoreView(Mapping[str, Entity]):
         if record is None:
             raise KeyError(name)
         memory = self._memory
-        return Entity(memory._repository, record, memory._now, memory._visible)
+        return Entity(memory._repository, memory.session_id, record, memory._now, memory._visible)
 
     def __iter__(self) -> Iterator[str]:
         memory = self._memory

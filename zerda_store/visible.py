@@ -26,7 +26,9 @@ class VisibleQueries:
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
-        of_entity = contexts.c.entity_id == param("entity_id")
+        of_entity = sa.and_(
+            contexts.c.session_id == session_param(), contexts.c.entity_id == param("entity_id")
+        )
         aged = (contexts.c.text, contexts.c.created_at)
         self.recent_contexts = self._compiled(
             sa.select(*aged).where(of_entity).order_by(*NEWEST_FIRST).limit(param("limit"))

@@ -1,7 +1,7 @@
 """The memory's statements, compiled for Postgres, against Citus's routing rule: each one
 names its session (``session_id = ...`` for every distributed table it reads, or a
 ``session_id`` in the row it inserts), so that it runs on one shard. The ones that do not
-yet are listed exactly (no database needed)."""
+yet would be listed exactly (no database needed)."""
 
 from __future__ import annotations
 
@@ -12,25 +12,15 @@ from sqlalchemy.dialects import postgresql
 
 from zerda_store.distribution import DISTRIBUTED_TABLES
 from zerda_store.driver import CompiledStatement
+from zerda_store.identity_statements import IdentityStatements
 from zerda_store.queries import Queries
 from zerda_store.statements import RowsInsert, TurnStatements
 from zerda_store.visible import VisibleQueries
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
 
-# Reads and writes that find their rows by an entity id alone; the README ("Running on
-# Citus") says what each needs (the caller passing the session id).
-UNROUTED = {
-    "Queries.count_contexts",
-    "Queries.recent_contexts",
-    "Queries.all_contexts",
-    "Queries.entity_session",
-    "Queries.set_last_seen",
-    "Queries.add_context",  # its turn_seq is the newest turn id of every session
-    "VisibleQueries.count_contexts",
-    "VisibleQueries.recent_contexts",
-    "VisibleQueries.all_contexts",
-}
+# Reads and writes that do not name their session (none: each one routes to one shard).
+UNROUTED: set[str] = set()
 
 _TABLES = "|".join(DISTRIBUTED_TABLES)
 _READ = re.compile(rf"\b(?:FROM|JOIN|UPDATE)\s+({_TABLES})\b(?:\s+AS\s+(\w+))?")
@@ -60,6 +50,7 @@ def compiled_statements() -> dict[str, str]:
         for name, value in vars(getattr(owner, "turn_reads", object())).items():
             if isinstance(value, CompiledStatement):
                 found[f"TurnReads.{name}"] = value.sql
+    found["IdentityStatements.candidates"] = IdentityStatements(DIALECT).candidates.sql
     turn = TurnStatements(DIALECT)
     for aged in (False, True):
         [(recall, _)] = turn.recall_batches("s", ["k"], 3, aged=aged)
@@ -75,7 +66,15 @@ def test_the_statements_that_do_not_name_their_session_are_exactly_the_known_one
 
 def test_the_hot_path_names_its_session_in_every_statement() -> None:
     statements = compiled_statements()
-    for name in ("TurnStatements.recall", "Queries.entity_by_key", "Queries.turn_by_key"):
+    for name in (
+        "TurnStatements.recall",
+        "Queries.entity_by_key",
+        "Queries.turn_by_key",
+        "Queries.recent_contexts",
+        "Queries.count_contexts",
+        "Queries.add_context",
+        "IdentityStatements.candidates",
+    ):
         assert unrouted_tables(statements[name]) == [], statements[name]
 
 

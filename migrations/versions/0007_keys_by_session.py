@@ -1,0 +1,146 @@
+"""Keys by session: every primary key and every foreign key between the tables includes
+``session_id``, so that the tables can be distributed by session (Citus: a session's rows
+of every table on one shard, ``zerda-store db distribute``).
+
+Postgres: the primary keys of the tables with a generated id become ``(session_id, id)``,
+and the foreign keys ``(session_id, entity_id)`` / ``(session_id, turn_id)`` referring to
+them. SQLite keeps ``id`` as the primary key (an ``INTEGER PRIMARY KEY`` is what generates
+the ids) and gains a unique ``(session_id, id)`` on turns and entities for the composite
+foreign keys to refer to; the tables are rebuilt (batch mode), and the views that read
+them dropped and made again around the rebuild (as revision 0005 left them).
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-12-03
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0007"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+ENTITY_OVERVIEW = """
+CREATE VIEW entity_overview AS
+SELECT
+    e.session_id,
+    e.name,
+    e.entity_type,
+    (SELECT COUNT(*) FROM contexts c WHERE c.entity_id = e.id) AS contexts_count,
+    e.first_seen,
+    e.last_seen,
+    (SELECT c.text FROM contexts c WHERE c.entity_id = e.id
+     ORDER BY c.turn_seq DESC, c.id DESC LIMIT 1) AS last_context
+FROM entities e
+"""
+
+ENTITY_SNIPPETS = """
+CREATE VIEW entity_snippets AS
+SELECT
+    e.session_id,
+    e.name,
+    e.entity_type,
+    ROW_NUMBER() OVER (
+        PARTITION BY c.entity_id ORDER BY c.turn_seq DESC, c.id DESC
+    ) AS recency,
+    c.text,
+    c.turn_id,
+    t.created_at AS turn_created_at
+FROM contexts c
+JOIN entities e ON e.id = c.entity_id
+LEFT JOIN turns t ON t.id = c.turn_id
+"""
+
+# (table, column, referred table): the foreign keys between the tables, all ON DELETE CASCADE.
+FOREIGN_KEYS = (
+    ("contexts", "entity_id", "entities"),
+    ("contexts", "turn_id", "turns"),
+    ("extractions", "turn_id", "turns"),
+    ("entity_aliases", "entity_id", "entities"),
+)
+KEYED_TABLES = ("turns", "entities", "contexts", "extractions", "entity_aliases", "entity_merges")
+REFERRED = ("turns", "entities")
+
+
+def _single(table: str, column: str, referred: str) -> str:
+    return f"fk_{table}_{column}_{referred}"
+
+
+def _composite(table: str, referred: str) -> str:
+    return f"fk_{table}_session_id_{referred}"
+
+
+def _postgres(composite: bool) -> None:
+    for table, column, referred in FOREIGN_KEYS:
+        name = _single(table, column, referred) if composite else _composite(table, referred)
+        op.drop_constraint(name, table, type_="foreignkey")
+    for table in KEYED_TABLES:
+        op.drop_constraint(f"pk_{table}", table, type_="primary")
+        columns = ["session_id", "id"] if composite else ["id"]
+        op.create_primary_key(f"pk_{table}", table, columns)
+    for table, column, referred in FOREIGN_KEYS:
+        if composite:
+            op.create_foreign_key(
+                _composite(table, referred),
+                table,
+                referred,
+                ["session_id", column],
+                ["session_id", "id"],
+                ondelete="CASCADE",
+            )
+        else:
+            op.create_foreign_key(
+                _single(table, column, referred), table, referred, [column], ["id"],
+                ondelete="CASCADE",
+            )  # fmt: skip
+
+
+def _sqlite(composite: bool) -> None:
+    op.execute("DROP VIEW entity_snippets")
+    op.execute("DROP VIEW entity_overview")
+    if composite:
+        for table in REFERRED:
+            kwargs = {"sqlite_autoincrement": True} if table == "turns" else {}
+            with op.batch_alter_table(table, recreate="always", table_kwargs=kwargs) as batch:
+                batch.create_unique_constraint(f"uq_{table}_session_id_id", ["session_id", "id"])
+    for table in ("contexts", "extractions", "entity_aliases"):
+        with op.batch_alter_table(table, recreate="always") as batch:
+            for owner, column, referred in FOREIGN_KEYS:
+                if owner != table:
+                    continue
+                old = _single(table, column, referred) if composite else _composite(table, referred)
+                batch.drop_constraint(old, type_="foreignkey")
+                if composite:
+                    batch.create_foreign_key(
+                        _composite(table, referred), referred, ["session_id", column],
+                        ["session_id", "id"], ondelete="CASCADE",
+                    )  # fmt: skip
+                else:
+                    batch.create_foreign_key(
+                        _single(table, column, referred), referred, [column], ["id"],
+                        ondelete="CASCADE",
+                    )  # fmt: skip
+    if not composite:
+        for table in REFERRED:
+            kwargs = {"sqlite_autoincrement": True} if table == "turns" else {}
+            with op.batch_alter_table(table, recreate="always", table_kwargs=kwargs) as batch:
+                batch.drop_constraint(f"uq_{table}_session_id_id", type_="unique")
+    op.execute(ENTITY_OVERVIEW)
+    op.execute(ENTITY_SNIPPETS)
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        _sqlite(composite=True)
+    else:
+        _postgres(composite=True)
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        _sqlite(composite=False)
+    else:
+        _postgres(composite=False)
