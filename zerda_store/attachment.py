@@ -52,14 +52,16 @@ class Attachment:
         first: dict[str, dict[str, Any]] = {}
         for turn_id, turn in saved:
             for position, mention in enumerate(turn.mentions):
-                key = targets.get(mention.key, mention.key)
+                target = targets.get(mention.key)
+                key = target.key if target else mention.key
                 row = first.get(key)
                 if row is None:
                     first[key] = entity_row(
                         session_id,
                         name_key=key,
                         core_key=mention.core_key,
-                        name=mention.name,
+                        # A mention that joins an entity never renames it.
+                        name=target.name if target else mention.name,
                         entity_type=mention.entity_type,
                         first_seen=turn.created_at,
                         last_seen=turn.created_at,
@@ -75,10 +77,11 @@ class Attachment:
         if len(rows) != self._counts[0]:
             upsert = self._statements.entities.prepare(len(rows))
         entity_ids = upsert_entities(transaction, upsert, rows)
+        keys = {m.key: targets[m.key].key if m.key in targets else m.key for m in mentions}
         snippets = {
-            (turn_id, entity_ids[targets.get(mention.key, mention.key)]): context_row(
+            (turn_id, entity_ids[keys[mention.key]]): context_row(
                 session_id,
-                entity_id=entity_ids[targets.get(mention.key, mention.key)],
+                entity_id=entity_ids[keys[mention.key]],
                 turn_id=turn_id,
                 turn_seq=turn_id,
                 text=turn.text,
@@ -92,7 +95,7 @@ class Attachment:
             insert = self._statements.contexts.prepare(len(snippets))
         insert.run(transaction, list(snippets.values()))
         if targets and self._resolver is not None:
-            joined = [(m, entity_ids[targets[m.key]]) for m in mentions if m.key in targets]
+            joined = [(m, entity_ids[keys[m.key]]) for m in mentions if m.key in targets]
             self._resolver.record_joins(transaction, session_id, joined, saved[-1][1].created_at)
 
 

@@ -23,7 +23,7 @@ from .names import name_key
 from .queries import Queries, param, session_param
 from .records import EntityRecord, ForgetReceipt
 from .rows import entity_record
-from .schema import contexts, entities, extractions, turns
+from .schema import contexts, entities, entity_aliases, entity_merges, extractions, turns
 from .unit_of_work import SessionLock, Transaction
 
 # What an extraction error that named a forgotten entity reads afterwards.
@@ -87,10 +87,20 @@ class ErasureStatements:
             .where(extractions.c.id == param("ledger_id"))
             .values(error=ERASED_ERROR)
         )
+        # The merge log holds names and snippet texts: it goes with what it logged.
         self.clear = [
             compiled(table.delete().where(table.c.session_id == session_param()))
-            for table in (contexts, extractions, entities, turns)
+            for table in (contexts, extractions, entity_aliases, entity_merges, entities, turns)
         ]
+        self.forget_merges = compiled(
+            entity_merges.delete().where(
+                entity_merges.c.session_id == session_param(),
+                sa.or_(
+                    entity_merges.c.kept_entity_id == entity,
+                    entity_merges.c.merged_entity_id == entity,
+                ),
+            )
+        )
 
 
 class Erasure:
@@ -143,7 +153,7 @@ class Erasure:
             if with_turns:
                 return self._forget_with_turns(transaction, session_id, entity, normalize)
             updated = self._drop_name_from_turns(transaction, entity, normalize)
-            snippets = self._delete_entity(transaction, entity)
+            snippets = self._delete_entity(transaction, session_id, entity)
             return ForgetReceipt(entity.name, 1, snippets, 0, updated)
 
         return work, SessionLock(session_id, exclusive=True)
@@ -159,9 +169,16 @@ class Erasure:
             return []
         return transaction.run(self._identity.entity_by_id, {"entity_id": alias[0].entity_id})
 
-    def _delete_entity(self, transaction: Transaction, entity: EntityRecord) -> int:
-        """Delete the entity and its remaining snippets; how many snippets."""
+    def _delete_entity(
+        self, transaction: Transaction, session_id: str, entity: EntityRecord
+    ) -> int:
+        """Delete the entity, its remaining snippets and the merges it took part in (their
+        log holds its names and snippets); how many snippets."""
         values = {"entity_id": entity.id}
+        transaction.count(
+            self._statements.forget_merges,
+            {"session_id": session_id, "entity_id": entity.id},
+        )
         snippets = transaction.count(self._statements.delete_snippets, values)
         transaction.count(self._statements.delete_entity, values)
         return snippets
@@ -180,7 +197,7 @@ class Erasure:
         turns_deleted += transaction.run_many(
             statements.delete_turn, [{"turn_id": turn_id} for turn_id in failed]
         )
-        self._delete_entity(transaction, entity)
+        self._delete_entity(transaction, session_id, entity)
         orphans = transaction.run_many(
             statements.delete_if_orphan, [{"entity_id": row.entity_id} for row in others]
         )

@@ -46,7 +46,7 @@ class IdentityRepository:
 
     def _entity(self, transaction: Transaction, session_id: str, name: str) -> Any:
         """The entity row ``name`` names by its key or an alias's; MergeError if none."""
-        key = self.rules.key(name)
+        key = _keyed(self.rules.key(name), name)
         statements = self._statements
         rows = transaction.run(statements.entity_by_key, {"session_id": session_id, "key": key})
         if not rows:
@@ -66,6 +66,7 @@ class IdentityRepository:
         """Make ``alias`` another name of the entity ``name`` names; False if it is one
         already. Refused (MergeError) if the alias names another entity."""
         identity = identify(alias, self.rules)
+        _keyed(identity.key, alias)
 
         def work(transaction: Transaction) -> bool:
             entity = self._entity(transaction, session_id, name)
@@ -160,6 +161,14 @@ class IdentityRepository:
             lambda transaction: transaction.run(self._statements.merges, {"session_id": session_id})
         )
         return [_entry(row) for row in rows]
+
+
+def _keyed(key: str, name: str) -> str:
+    """``key``, unless it is empty: a name of punctuation or invisible characters alone
+    names nothing."""
+    if not key:
+        raise MergeError(f"{name!r} has no letters or digits to name an entity by")
+    return key
 
 
 def _entry(row: Any, undone_at: float | None = None) -> MergeEntry:

@@ -31,6 +31,7 @@ def _candidates(dialect: Dialect) -> Any:
     each with its entity's key: the names a mention may join (``identity.resolve``)."""
     by_entity = sa.select(
         entities.c.name_key.label("entity_key"),
+        entities.c.name.label("entity_name"),
         entities.c.core_key,
         entities.c.name,
     ).where(
@@ -38,7 +39,9 @@ def _candidates(dialect: Dialect) -> Any:
         sa.or_(_in_list(entities.c.name_key, dialect), _in_list(entities.c.core_key, dialect)),
     )
     by_alias = (
-        sa.select(entities.c.name_key, entity_aliases.c.core_key, entity_aliases.c.alias)
+        sa.select(
+            entities.c.name_key, entities.c.name, entity_aliases.c.core_key, entity_aliases.c.alias
+        )
         .join_from(entity_aliases, entities, entities.c.id == entity_aliases.c.entity_id)
         .where(
             entity_aliases.c.session_id == session_param(),
@@ -120,7 +123,10 @@ class IdentityStatements:
         )
         self.alias_to = compiled(
             sa.update(entity_aliases)
-            .where(entity_aliases.c.id == param("alias_id"))
+            .where(
+                entity_aliases.c.id == param("alias_id"),
+                entity_aliases.c.entity_id == param("from_id"),
+            )
             .values(entity_id=param("to_id"))
         )
         # Merges.

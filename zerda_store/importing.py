@@ -148,7 +148,7 @@ class _SessionWriter:
         self._rules: KeyRules | None = None
         self._identity: IdentityStatements | None = None
         self._keys: dict[str, str] = {}  # new key -> name, to find a collision
-        self.counts = {"turns": 0, "entities": 0, "contexts": 0, "aliases": 0}
+        self.counts = {"turns": 0, "entities": 0, "contexts": 0}
 
     def keyed(self, rules: KeyRules | None, identity: IdentityStatements) -> None:
         """Key entities and aliases with ``rules`` (None: keep the file's entity keys, key
@@ -242,7 +242,7 @@ class _SessionWriter:
                     "created_at": r["created_at"],
                 },
             )
-        self.counts["aliases"] += len(records)
+        self.counts["aliases"] = self.counts.get("aliases", 0) + len(records)
 
     def _write_contexts(self, records: list[dict[str, Any]]) -> None:
         seq = self._seq or _SequenceMap(self._turn_ids)

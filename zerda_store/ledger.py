@@ -17,6 +17,7 @@ from .driver import compile_statement
 from .engine import Store
 from .queries import param, session_param
 from .records import Mention, NewTurn, Outcome, PendingTurn
+from .resolution import Resolver
 from .rows import ledger_values, pending_turn
 from .schema import extractions, turns
 from .statements import TurnStatements
@@ -74,10 +75,12 @@ class LedgerStatements:
 class Ledger:
     """The extraction ledger of one store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, resolver: Resolver | None = None) -> None:
         self.store = store
         self._statements = store.statements(LedgerStatements)
         self._turn_statements = store.statements(TurnStatements)
+        # A repaired turn's mentions join entities as a save's do (aliases, titled forms).
+        self._resolver = resolver
 
     def failed_turns(self, session_id: str | None = None) -> list[PendingTurn]:
         """Turns whose extraction failed, in turn order (of one session, or of all)."""
@@ -114,7 +117,7 @@ class Ledger:
         statements = self._statements
         rebuilt = NewTurn(turn.input_text, turn.output_text, mentions, turn.created_at)
         attach = outcome.status == "ok" and bool(mentions)
-        attachment = Attachment(self._turn_statements, [rebuilt] if attach else [])
+        attachment = Attachment(self._turn_statements, [rebuilt] if attach else [], self._resolver)
         attempt = {"turn_id": turn.id, **ledger_values(outcome, len(mentions), at)}
 
         def work(transaction: Transaction) -> bool:

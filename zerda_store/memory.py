@@ -116,7 +116,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMemory):
         self._repository = Repository(self.store, self.key_rules)
         self._identity = IdentityRepository(self.store, self.key_rules)
         self._erasure = Erasure(self.store)
-        self._ledger = Ledger(self.store)
+        self._ledger = Ledger(self.store, self._repository.resolver)
         self._policies = Policies(self.store)
         self._policy = PolicyCache(self._policies, self.session_id)
         self._policy.get()  # the store's policy cache, read now rather than inside a call

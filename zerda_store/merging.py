@@ -83,6 +83,7 @@ def merge(
     after = _combined(kept, merged)
     transaction.count(statements.update_first_last, {"entity_id": kept.id, **after})
     record = {
+        "kept_key": kept.name_key,
         "merged": _row(merged, ENTITY_COLUMNS),
         "kept_before": before,
         "kept_after": after,
@@ -152,6 +153,8 @@ def unmerge(
         raise MergeError(f"merge {logged.id} was undone already")
     record = logged.record
     kept = transaction.run(statements.entity_by_id, {"entity_id": logged.kept_entity_id})
+    if kept and (kept[0].session_id, kept[0].name_key) != (logged.session_id, record["kept_key"]):
+        kept = []  # the id is another entity's now
     if not kept:
         later = transaction.run(
             statements.later_merge_of,
@@ -162,6 +165,10 @@ def unmerge(
             f"merge {logged.id} cannot be undone: {logged.kept_name!r} is gone ({hint})"
         )
     merged = record["merged"]
+    if transaction.run(statements.entity_by_id, {"entity_id": merged["id"]}):
+        raise MergeError(
+            f"merge {logged.id} cannot be undone: the id of {merged['name']!r} is taken"
+        )
     taken = transaction.run(
         statements.entity_by_key, {"session_id": logged.session_id, "key": merged["name_key"]}
     )
@@ -182,7 +189,7 @@ def unmerge(
         ):
             transaction.count(statements.insert_context, row)
     for alias_id in record["moved_aliases"]:
-        transaction.count(statements.alias_to, {"alias_id": alias_id, "to_id": merged["id"]})
+        transaction.count(statements.alias_to, {**back, "alias_id": alias_id})
     restored = _restored(kept[0], record["kept_before"], record["kept_after"])
     transaction.count(statements.update_first_last, {"entity_id": kept[0].id, **restored})
     transaction.count(statements.mark_undone, {"merge_id": logged.id, "undone_at": at})

@@ -42,6 +42,7 @@ class Repository(TurnHistory):
         self._rules = rules
         self._identity = store.statements(IdentityStatements)
         self._resolver = Resolver(self._identity, rules) if rules is not None else None
+        self.resolver = self._resolver
         self._known = store.statements(KnownKeyRules).checked
 
     def _checked_rules(self, session_id: str) -> Callable[[Transaction, float], None]:
@@ -217,7 +218,9 @@ class Repository(TurnHistory):
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
             targets = resolver.targets(transaction, session_id, mentions) if resolver else {}
-            unique = list(dict.fromkeys(targets.get(m.key, m.key) for m in mentions))
+            unique = list(
+                dict.fromkeys(targets[m.key].key if m.key in targets else m.key for m in mentions)
+            )
             batches = self._statements.recall_batches(
                 session_id, unique, limit, aged=visible is not None
             )
@@ -234,7 +237,7 @@ class Repository(TurnHistory):
         if self._resolver is None:
             return mention.key
         targets = self._resolver.targets(transaction, session_id, [mention])
-        return targets.get(mention.key, mention.key)
+        return targets[mention.key].key if mention.key in targets else mention.key
 
     def _recent(
         self,

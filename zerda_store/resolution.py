@@ -4,7 +4,7 @@ over the candidates that one statement reads), and each session's key rules."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import StoreError
 from .identity import Candidate, Identity, resolve
@@ -16,6 +16,13 @@ from .unit_of_work import Transaction
 
 class KeyRulesMismatchError(StoreError, ValueError):
     """The session was keyed with other key rules than this memory's."""
+
+
+class Target(NamedTuple):
+    """The entity a mention joins: its key and its display name."""
+
+    key: str
+    name: str
 
 
 def identity_of(mention: Mention) -> Identity:
@@ -31,21 +38,22 @@ class Resolver:
 
     def targets(
         self, transaction: Transaction, session_id: str, mentions: Sequence[Mention]
-    ) -> dict[str, str]:
-        """The key of the entity each mention joins, for the mentions that join an entity
-        under another key (an alias, a titled form); the others keep their own key."""
-        if self.rules is EXACT or not mentions:
+    ) -> dict[str, Target]:
+        """The entity each mention joins, for the mentions that join an entity under
+        another key (an alias, a titled form); the others keep their own key."""
+        if not mentions:
             return {}
         keys = sorted({m.key for m in mentions} | {m.core_key for m in mentions})
         rows = transaction.run(self.statements.candidates, {"session_id": session_id, "keys": keys})
         if not rows:
             return {}
         candidates = _grouped(rows)
+        names = {row.entity_key: row.entity_name for row in rows}
         targets = {}
         for mention in mentions:
             target = resolve(identity_of(mention), candidates, self.rules)
             if target is not None and target != mention.key:
-                targets[mention.key] = target
+                targets[mention.key] = Target(target, names[target])
         return targets
 
     def record_joins(

@@ -51,7 +51,8 @@ turns = sa.Table(
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Column("idempotency_key", sa.String(IDEMPOTENCY_KEY_LENGTH), nullable=True),
     sa.UniqueConstraint("session_id", "idempotency_key"),
-    # What the foreign keys by session refer to (on Postgres the primary key is this pair).
+    # What the foreign keys by session refer to (on Postgres the primary key, (id, session_id),
+    # serves as this pair).
     sa.UniqueConstraint("session_id", "id"),
     sa.Index(None, "session_id", "id"),
     # Turn ids order snippets and entities, so SQLite must never reuse a deleted one.
@@ -78,6 +79,8 @@ entities = sa.Table(
     sa.UniqueConstraint("session_id", "id"),
     sa.Index(None, "session_id", "first_turn_id", "first_position"),
     sa.Index(None, "session_id", "core_key"),
+    # Ids never reused: an unmerge puts rows back under their ids.
+    sqlite_autoincrement=True,
 )
 
 ALIAS_SOURCE_LENGTH = 16
@@ -101,6 +104,7 @@ entity_aliases = sa.Table(
     sa.Index(None, "session_id", "core_key"),
     sa.Index(None, "entity_id"),
     *by_session("entity_id", "entities"),
+    sqlite_autoincrement=True,
 )
 
 # Every merge, with what it takes to undo it: the merged entity's row, the snippets and
@@ -154,6 +158,7 @@ contexts = sa.Table(
     sa.Index(None, "turn_id"),
     *by_session("entity_id", "entities"),
     *by_session("turn_id", "turns"),
+    sqlite_autoincrement=True,
 )
 
 # One row per saved turn: how its extraction went. ``reextract`` retries the failed ones.

@@ -203,6 +203,8 @@ def _check_key(record: dict[str, Any], number: int, checked: CheckedFile) -> Non
     """The key must be the one the API computes from the name, under one set of key rules
     for the whole file (the header's, or, in an older file, fold-v1's or the exact names)."""
     name, key = record["name"], record["name_key"]
+    if not key:
+        raise problem(number, "name_key", "is empty: the name has no letters or digits")
     agreeing = tuple(rules for rules in checked.key_rules if rules.key(name) == key)
     if not agreeing:
         expected = checked.key_rules[0].key(name)

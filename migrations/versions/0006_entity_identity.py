@@ -169,6 +169,7 @@ ENTITIES = sa.table(
 EntityRow = namedtuple("EntityRow", [column.name for column in ENTITIES.c])  # type: ignore[misc]
 RULES = sa.table("session_key_rules", sa.column("session_id"), sa.column("key_rules"),
                  sa.column("created_at"))  # fmt: skip
+MERGED_FIELDS = ("entity_type", "first_seen", "last_seen", "first_turn_id", "first_position")
 # A key no rule makes (control characters are never in a name): where a key waits while
 # the keys of its session are changed, so that no two entities share one in between.
 PARKED = "\x01rekey "
@@ -220,6 +221,11 @@ def _rekey(
             transaction, statements, keeper, old, reason=KEY_RULES_REASON, at=now, alias=False
         )
         merged += 1
+        # The kept entity's fields as the merge left them, for the next merge into it.
+        refreshed = transaction.run(statements.entity_by_id, {"entity_id": keeper.id})[0]
+        keepers[identity.key] = keeper._replace(
+            **{field: getattr(refreshed, field) for field in MERGED_FIELDS}
+        )
         logger.info(
             "session %r: merged %r into %r (merge %d): their keys are one under %s",
             session_id, row.name, keeper.name, receipt.merge_id, rules.name,

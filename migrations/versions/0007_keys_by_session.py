@@ -2,8 +2,9 @@
 ``session_id``, so that the tables can be distributed by session (Citus: a session's rows
 of every table on one shard, ``zerda-store db distribute``).
 
-Postgres: the primary keys of the tables with a generated id become ``(session_id, id)``,
-and the foreign keys ``(session_id, entity_id)`` / ``(session_id, turn_id)`` referring to
+Postgres: the primary keys of the tables with a generated id become ``(id, session_id)``
+(id first, so that a row is still found by its id through the key's index), and the
+foreign keys ``(session_id, entity_id)`` / ``(session_id, turn_id)`` referring to
 them. SQLite keeps ``id`` as the primary key (an ``INTEGER PRIMARY KEY`` is what generates
 the ids) and gains a unique ``(session_id, id)`` on turns and entities for the composite
 foreign keys to refer to; the tables are rebuilt (batch mode), and the views that read
@@ -63,6 +64,7 @@ FOREIGN_KEYS = (
 )
 KEYED_TABLES = ("turns", "entities", "contexts", "extractions", "entity_aliases", "entity_merges")
 REFERRED = ("turns", "entities")
+NEVER_REUSED = ("entities", "contexts", "entity_aliases")
 
 
 def _single(table: str, column: str, referred: str) -> str:
@@ -79,7 +81,8 @@ def _postgres(composite: bool) -> None:
         op.drop_constraint(name, table, type_="foreignkey")
     for table in KEYED_TABLES:
         op.drop_constraint(f"pk_{table}", table, type_="primary")
-        columns = ["session_id", "id"] if composite else ["id"]
+        # id first: a row is still found by its id alone through the key's index.
+        columns = ["id", "session_id"] if composite else ["id"]
         op.create_primary_key(f"pk_{table}", table, columns)
     for table, column, referred in FOREIGN_KEYS:
         if composite:
@@ -98,16 +101,23 @@ def _postgres(composite: bool) -> None:
             )  # fmt: skip
 
 
+def _kwargs(table: str, composite: bool) -> dict[str, bool]:
+    """SQLite: ids never reused in the tables an unmerge puts rows back into by id (turns
+    have been so since 0004)."""
+    return {"sqlite_autoincrement": table == "turns" or (composite and table in NEVER_REUSED)}
+
+
 def _sqlite(composite: bool) -> None:
     op.execute("DROP VIEW entity_snippets")
     op.execute("DROP VIEW entity_overview")
     if composite:
         for table in REFERRED:
-            kwargs = {"sqlite_autoincrement": True} if table == "turns" else {}
+            kwargs = _kwargs(table, composite)
             with op.batch_alter_table(table, recreate="always", table_kwargs=kwargs) as batch:
                 batch.create_unique_constraint(f"uq_{table}_session_id_id", ["session_id", "id"])
     for table in ("contexts", "extractions", "entity_aliases"):
-        with op.batch_alter_table(table, recreate="always") as batch:
+        kwargs = _kwargs(table, composite)
+        with op.batch_alter_table(table, recreate="always", table_kwargs=kwargs) as batch:
             for owner, column, referred in FOREIGN_KEYS:
                 if owner != table:
                     continue
@@ -125,7 +135,7 @@ def _sqlite(composite: bool) -> None:
                     )  # fmt: skip
     if not composite:
         for table in REFERRED:
-            kwargs = {"sqlite_autoincrement": True} if table == "turns" else {}
+            kwargs = _kwargs(table, composite)
             with op.batch_alter_table(table, recreate="always", table_kwargs=kwargs) as batch:
                 batch.drop_constraint(f"uq_{table}_session_id_id", type_="unique")
     op.execute(ENTITY_OVERVIEW)

@@ -46,7 +46,12 @@ def assert_same_session(source: str, source_id: str, target: str, target_id: str
 def test_export_writes_a_header_then_turns_entities_and_snippets(shared_populated, tmp_path):
     lines = [json.loads(line) for line in export_file(shared_populated, "acme", tmp_path / "a")]
 
-    assert lines[0] == {"kind": "session", "session_id": "acme", "format": 2}
+    assert lines[0] == {
+        "kind": "session",
+        "session_id": "acme",
+        "format": 3,
+        "key_rules": "fold-v2",
+    }
     kinds = [line["kind"] for line in lines[1:]]
     assert kinds == ["turn"] * 6 + ["entity"] * 3 + ["context"] * 8 + ["end"]
     assert {key: lines[-1][key] for key in ("turns", "entities", "contexts")} == {
@@ -101,7 +106,7 @@ def test_round_trip_into_a_new_session_of_the_same_database(shared_populated, tm
     assert_same_session(shared_populated, session_id, shared_populated, target)
     # the source is untouched, and the copy's export names the new session
     assert export_file(shared_populated, target, tmp_path / "again.jsonl")[0] == json.dumps(
-        {"kind": "session", "session_id": target, "format": 2}
+        {"kind": "session", "session_id": target, "format": 3, "key_rules": "fold-v2"}
     )
 
 

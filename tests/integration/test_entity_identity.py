@@ -151,3 +151,77 @@ def test_an_ordinary_word_in_lower_case_is_not_the_capitalised_name(make_memory)
     caseless.llm = FixedLLM("bill")
     say(caseless, "bill")
     assert caseless.list_entities() == ["Bill"]
+
+
+def merge_log_rows(database_url: str) -> int:
+    return len(dump_table(database_url, "entity_merges"))
+
+
+def dump_table(database_url: str, table: str) -> list[tuple[object, ...]]:
+    engine = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.exec_driver_sql(f"SELECT * FROM {table}")]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("how", ["forget", "forget with turns", "clear"])
+def test_erasure_takes_the_merge_log_of_what_it_erases(make_memory, database_url, how):
+    memory = make_memory(KeywordLLM(["Robert", "Bob"]))
+    say(memory, "Robert and Bob, whose card ends 4242")
+    memory.merge_entities("Robert", "Bob")
+    assert merge_log_rows(database_url) == 1
+
+    if how == "clear":
+        memory.clear()
+    else:
+        memory.forget_entity("Robert", with_turns=how == "forget with turns")
+
+    assert merge_log_rows(database_url) == 0
+    assert "4242" not in repr(dump_table(database_url, "entity_aliases"))
+
+
+def test_unmerge_is_refused_once_the_kept_entity_was_forgotten(make_memory):
+    memory = make_memory(KeywordLLM(["Robert", "Bob", "Carol"]))
+    say(memory, "Robert and Bob")
+    merge = memory.merge_entities("Robert", "Bob")
+    # the log row goes with the entity: nothing is left to undo
+    memory.forget_entity("Robert")
+    say(memory, "Carol")
+    with pytest.raises(MergeError, match=f"no merge {merge['merge_id']}"):
+        memory.unmerge(merge["merge_id"])
+    assert memory.list_entities() == ["Carol"]
+
+
+def test_a_repaired_turn_joins_entities_as_a_saved_one_does(make_memory):
+    from tests.support import BrokenLLM
+
+    memory = make_memory(BrokenLLM())
+    say(memory, "Bobby and Dr. Sarah Chen called")
+    memory.llm = KeywordLLM(["Robert Smith", "Sarah Chen", "Bobby", "Dr. Sarah Chen"])
+    say(memory, "Robert Smith met Sarah Chen")
+    memory.add_alias("Robert Smith", "Bobby")
+
+    assert memory.reextract() == {"repaired": 1, "failed": 0}
+    assert memory.list_entities() == ["Robert Smith", "Sarah Chen"]
+    assert memory.get_entity_info("Bobby")["contexts_count"] == 2
+    assert memory.get_entity_info("Dr. Sarah Chen")["contexts_count"] == 2
+
+
+def test_an_alias_works_in_a_session_of_exact_keys(make_memory):
+    memory = make_memory(KeywordLLM(["Robert Smith", "Bobby"]), normalize_names=False)
+    say(memory, "Robert Smith renewed")
+    memory.add_alias("Robert Smith", "Bobby")
+    say(memory, "Bobby called")
+    assert memory.list_entities() == ["Robert Smith"]
+    assert memory.get_entity_info("Bobby")["contexts_count"] == 2
+    assert memory.get_entity_info("bobby") is None  # exact keys: case matters
+
+
+@pytest.mark.parametrize("alias", ["!!!", "\u200b", "«»"])
+def test_an_alias_without_letters_or_digits_is_refused(make_memory, alias):
+    memory = make_memory(KeywordLLM(["Robert Smith"]))
+    say(memory, "Robert Smith")
+    with pytest.raises(MergeError, match="no letters or digits"):
+        memory.add_alias("Robert Smith", alias)

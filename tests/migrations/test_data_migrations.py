@@ -212,3 +212,26 @@ def test_a_session_with_exact_keys_keeps_them_through_the_identity_revision(
         ("Acme Corp.",),
     ]
     assert _rows(alembic_engine, "SELECT key_rules FROM session_key_rules") == [("exact",)]
+
+
+def test_three_entities_colliding_under_the_new_rules_become_one_with_every_field_combined(
+    alembic_runner: Any, alembic_engine: sa.Connection
+) -> None:
+    alembic_runner.migrate_up_before(IDENTITY_REVISION)
+    for name in ("Acme Corp", "Acme Corp.", "Acme-Corp"):
+        _write_entities(alembic_runner, alembic_engine, [name])
+    alembic_engine.exec_driver_sql(
+        "UPDATE entities SET entity_type = 'ORG' WHERE name = 'Acme Corp.'"
+    )
+    last_seen = alembic_engine.exec_driver_sql("SELECT MAX(last_seen) FROM entities").scalar_one()
+
+    alembic_runner.migrate_up_one()
+
+    assert _rows(alembic_engine, "SELECT name, entity_type, last_seen FROM entities") == [
+        ("Acme Corp", "ORG", last_seen)
+    ]
+    assert _rows(alembic_engine, "SELECT COUNT(*) FROM contexts") == [(3,)]
+    assert _rows(alembic_engine, "SELECT merged_name FROM entity_merges ORDER BY id") == [
+        ("Acme Corp.",),
+        ("Acme-Corp",),
+    ]
