@@ -102,7 +102,7 @@ entity_aliases = sa.Table(
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.UniqueConstraint("session_id", "alias_key"),
     sa.Index(None, "session_id", "core_key"),
-    sa.Index(None, "entity_id"),
+    sa.Index(None, "entity_id", "session_id"),
     *by_session("entity_id", "entities"),
     sqlite_autoincrement=True,
 )
@@ -155,7 +155,8 @@ contexts = sa.Table(
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Index(None, "entity_id", "turn_seq", "id"),
     sa.Index(None, "session_id"),
-    sa.Index(None, "turn_id"),
+    # Also the index of the foreign key to turns, whose cascade asks for both columns.
+    sa.Index(None, "turn_id", "session_id"),
     *by_session("entity_id", "entities"),
     *by_session("turn_id", "turns"),
     sqlite_autoincrement=True,

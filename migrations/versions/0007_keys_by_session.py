@@ -142,7 +142,23 @@ def _sqlite(composite: bool) -> None:
     op.execute(ENTITY_SNIPPETS)
 
 
+# The indexes of the foreign keys by session: (column, session_id), which the cascades'
+# queries (both columns equal) find without guessing between two one-column indexes.
+FK_INDEXES = (("contexts", "turn_id"), ("entity_aliases", "entity_id"))
+
+
+def _indexes(composite: bool) -> None:
+    for table, column in FK_INDEXES:
+        if composite:
+            op.drop_index(f"ix_{table}_{column}", table_name=table)
+            op.create_index(f"ix_{table}_{column}_session_id", table, [column, "session_id"])
+        else:
+            op.drop_index(f"ix_{table}_{column}_session_id", table_name=table)
+            op.create_index(f"ix_{table}_{column}", table, [column])
+
+
 def upgrade() -> None:
+    _indexes(composite=True)
     if op.get_bind().dialect.name == "sqlite":
         _sqlite(composite=True)
     else:
@@ -154,3 +170,4 @@ def downgrade() -> None:
         _sqlite(composite=False)
     else:
         _postgres(composite=False)
+    _indexes(composite=False)
