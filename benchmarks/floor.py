@@ -35,7 +35,8 @@ INSERT_TURN = (
     " ON CONFLICT (session_id, idempotency_key) DO NOTHING RETURNING id"
 )
 ENTITY_COLUMNS = (
-    "session_id, name_key, name, entity_type, first_seen, last_seen, first_turn_id, first_position"
+    "session_id, name_key, core_key, name, entity_type, first_seen, last_seen, first_turn_id,"
+    " first_position"
 )
 _EARLIER = "excluded.first_turn_id < entities.first_turn_id"
 UPSERT_SET = ", ".join(
@@ -66,7 +67,7 @@ def _values(row_count: int, width: int) -> str:
 @functools.cache
 def upsert_entities_sql(row_count: int) -> str:
     return (
-        f"INSERT INTO entities ({ENTITY_COLUMNS}) VALUES {_values(row_count, 8)}"
+        f"INSERT INTO entities ({ENTITY_COLUMNS}) VALUES {_values(row_count, 9)}"
         f" ON CONFLICT (session_id, name_key) DO UPDATE SET {UPSERT_SET}"
         " RETURNING id, name_key"
     )
@@ -91,7 +92,7 @@ def _entity_rows(session_id: str, turn_id: int, turn: Turn, at: float) -> list[A
     ordered = sorted((KEYS[name], position, name) for position, name in enumerate(turn.names))
     flat: list[Any] = []
     for key, position, name in ordered:
-        flat += [session_id, key, name, "unknown", at, at, turn_id, position]
+        flat += [session_id, key, key, name, "unknown", at, at, turn_id, position]
     return flat
 
 

@@ -97,9 +97,9 @@ def _fill_statements(numbers: str, postgres: bool) -> list[str]:
         "INSERT INTO turns (id, session_id, input_text, output_text, entity_names, created_at)"
         " SELECT t, :session, 'Turn ' || t || ': Cold Account asked', 'Noted.',"
         " '[\"Contact\"]', 1700000000.0 + t FROM snips WHERE p = 0",
-        "INSERT INTO entities (id, session_id, name_key, name, entity_type, first_seen,"
-        " last_seen, first_turn_id, first_position)"
-        f" SELECT entity_id, :session, lower({name}), {name}, 'unknown',"
+        "INSERT INTO entities (id, session_id, name_key, core_key, name, entity_type,"
+        " first_seen, last_seen, first_turn_id, first_position)"
+        f" SELECT entity_id, :session, lower({name}), lower({name}), {name}, 'unknown',"
         " 1700000000.0 + min(t), 1700000000.0 + max(t), min(t * 3 + p) / 3, min(t * 3 + p) % 3"
         " FROM snips GROUP BY entity_id",
         "INSERT INTO contexts (id, session_id, entity_id, turn_id, turn_seq, text, created_at)"

@@ -208,9 +208,7 @@ def _check_key(record: dict[str, Any], number: int, checked: CheckedFile) -> Non
     agreeing = tuple(rules for rules in checked.key_rules if rules.key(name) == key)
     if not agreeing:
         expected = checked.key_rules[0].key(name)
-        if len(checked.key_rules) == 1 or all(
-            rules.key(name) != key for rules in (*CURRENT_RULES, *LEGACY_RULES)
-        ):
+        if all(rules.key(name) != key for rules in (*CURRENT_RULES, *LEGACY_RULES)):
             raise problem(number, "name_key", f"does not match the name (expected {expected!r})")
         raise problem(number, "name_key", "is keyed differently from the file's other entities")
     checked.key_rules = agreeing

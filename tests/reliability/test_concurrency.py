@@ -277,8 +277,9 @@ def test_the_lock_order_scenario_deadlocks_when_keys_are_not_sorted(
         )
         seed.save_context({"input": "all four"}, {"output": "seeded"})
     upsert = sa.text(
-        "INSERT INTO entities (session_id, name_key, name, entity_type, first_seen, last_seen,"
-        " first_turn_id, first_position) SELECT :session_id, k, k, 'unknown', 0, 0, 0, 0"
+        "INSERT INTO entities (session_id, name_key, core_key, name, entity_type, first_seen,"
+        " last_seen, first_turn_id, first_position)"
+        " SELECT :session_id, k, k, k, 'unknown', 0, 0, 0, 0"
         " FROM unnest(CAST(:keys AS text[])) WITH ORDINALITY AS t(k, n) ORDER BY n"
         " ON CONFLICT (session_id, name_key) DO UPDATE SET last_seen = excluded.last_seen"
     )
