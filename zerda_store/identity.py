@@ -16,11 +16,12 @@ they only suggest duplicates (:mod:`zerda_store.similar`), they never join.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .names import EXACT, KeyRules, fold_v2_text, word_case
+from .names import EXACT, KEY_RULES, KeyRules, fold_v2_text, word_case
 
 # Leading titles, as fold-v2 spells them, by class: two titles of one class are one title.
 _TITLE_CLASSES = {
@@ -98,6 +99,13 @@ class Candidate:
 
 def identify(name: str, rules: KeyRules) -> Identity:
     """The identity of ``name`` under ``rules``; exact keys have no core apart."""
+    return _identify(name, rules.name)
+
+
+# A CRM's assistant meets the same few thousand names again and again.
+@functools.lru_cache(maxsize=16384)
+def _identify(name: str, rules_name: str) -> Identity:
+    rules = KEY_RULES[rules_name]
     key = rules.key(name)
     if rules is EXACT:
         return Identity(key, key)

@@ -28,30 +28,36 @@ def _in_list(column: Any, dialect: Dialect) -> Any:
 
 def _candidates(dialect: Dialect) -> Any:
     """Entities whose key or core is among ``:keys``, and the aliases whose key or core is,
-    each with its entity's key: the names a mention may join (``identity.resolve``)."""
-    by_entity = sa.select(
-        entities.c.name_key.label("entity_key"),
-        entities.c.name.label("entity_name"),
-        entities.c.core_key,
-        entities.c.name,
-    ).where(
-        entities.c.session_id == session_param(),
-        sa.or_(_in_list(entities.c.name_key, dialect), _in_list(entities.c.core_key, dialect)),
-    )
-    by_alias = (
-        sa.select(
-            entities.c.name_key, entities.c.name, entity_aliases.c.core_key, entity_aliases.c.alias
+    each with its entity's key and name: the names a mention may join
+    (``identity.resolve``). Four parts, one index each (an OR of two lists would read
+    the whole session)."""
+
+    def by_entity(column: Any) -> Any:
+        return sa.select(
+            entities.c.name_key.label("entity_key"),
+            entities.c.name.label("entity_name"),
+            entities.c.core_key,
+            entities.c.name,
+        ).where(entities.c.session_id == session_param(), _in_list(column, dialect))
+
+    def by_alias(column: Any) -> Any:
+        return (
+            sa.select(
+                entities.c.name_key,
+                entities.c.name,
+                entity_aliases.c.core_key,
+                entity_aliases.c.alias,
+            )
+            .join_from(entity_aliases, entities, entities.c.id == entity_aliases.c.entity_id)
+            .where(entity_aliases.c.session_id == session_param(), _in_list(column, dialect))
         )
-        .join_from(entity_aliases, entities, entities.c.id == entity_aliases.c.entity_id)
-        .where(
-            entity_aliases.c.session_id == session_param(),
-            sa.or_(
-                _in_list(entity_aliases.c.alias_key, dialect),
-                _in_list(entity_aliases.c.core_key, dialect),
-            ),
-        )
+
+    return sa.union_all(
+        by_entity(entities.c.name_key),
+        by_entity(entities.c.core_key),
+        by_alias(entity_aliases.c.alias_key),
+        by_alias(entity_aliases.c.core_key),
     )
-    return sa.union_all(by_entity, by_alias)
 
 
 def _dialect_insert(dialect: Dialect) -> Any:

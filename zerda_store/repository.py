@@ -215,19 +215,29 @@ class Repository(TurnHistory):
         """The recall statements' rows and the keys recalled, in order (:func:`recalled`
         makes them the result)."""
         resolver = self._resolver
+        aged = visible is not None
+
+        def recall(transaction: Transaction, keys: list[str]) -> list[Any]:
+            batches = self._statements.recall_batches(session_id, keys, limit, aged=aged)
+            return [
+                row for statement, values in batches for row in transaction.run(statement, values)
+            ]
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
-            targets = resolver.targets(transaction, session_id, mentions) if resolver else {}
+            # Mentions of entities by their own keys (the usual case) take one statement;
+            # only the others are resolved (aliases, titled forms), and recalled after.
+            own = list(dict.fromkeys(m.key for m in mentions))
+            rows = recall(transaction, own)
+            found = {row.name_key for row in rows}
+            missing = [m for m in mentions if m.key not in found]
+            if resolver is None or not missing:
+                return rows, own
+            targets = resolver.targets(transaction, session_id, missing)
             unique = list(
                 dict.fromkeys(targets[m.key].key if m.key in targets else m.key for m in mentions)
             )
-            batches = self._statements.recall_batches(
-                session_id, unique, limit, aged=visible is not None
-            )
-            rows = [
-                row for statement, values in batches for row in transaction.run(statement, values)
-            ]
-            return rows, unique
+            more = [key for key in unique if key not in found and key not in own]
+            return (rows + recall(transaction, more) if more else rows), unique
 
         return work
 

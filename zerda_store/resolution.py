@@ -84,7 +84,9 @@ def _grouped(rows: list[Any]) -> list[Candidate]:
     names: dict[str, list[str]] = {}
     cores: dict[str, str] = {}
     for row in rows:
-        names.setdefault(row.entity_key, []).append(row.name)
+        found = names.setdefault(row.entity_key, [])
+        if row.name not in found:  # found by key and by core alike
+            found.append(row.name)
         cores.setdefault(row.entity_key, row.core_key)
     return [Candidate(key, cores[key], tuple(found)) for key, found in names.items()]
 

@@ -181,6 +181,7 @@ class RowsInsert:
         # Postgres: many rows as one array per column.
         self._arrays = dialect.name == "postgresql"
         self._compiled: dict[int, Runnable] = {}
+        self._all_compiled = False
 
     def prepare(self, count: int) -> PreparedInsert:
         """The statements for ``count`` rows, compiled on first use. On SQLite a statement
@@ -193,12 +194,15 @@ class RowsInsert:
     def compile_all(self) -> None:
         """Compile every statement some row count needs, so that inserts whose counts are
         known only inside a transaction (a streamed import) compile nothing there."""
+        if self._all_compiled:
+            return
         if self._arrays:
             sizes = {ANY_ROWS, *range(1, POSTGRES_VALUES_ROWS + 1)}
         else:
             sizes = {ROWS_PER_STATEMENT, *range(8, ROWS_PER_STATEMENT, 8), *range(1, 8)}
         for size in sizes:
             self._statement(size)
+        self._all_compiled = True
 
     def _statement(self, size: int) -> Runnable:
         statement = self._compiled.get(size)
