@@ -230,9 +230,8 @@ def _rekey(
             "session %r: merged %r into %r (merge %d): their keys are one under %s",
             session_id, row.name, keeper.name, receipt.merge_id, rules.name,
         )  # fmt: skip
-    changed = [
-        row for row in keepers.values() if (row.name_key, row.core_key) != _stored(rows, row.id)
-    ]
+    stored = {row.id: (row.name_key, row.core_key) for row in rows}
+    changed = [row for row in keepers.values() if (row.name_key, row.core_key) != stored[row.id]]
     for row in changed:
         values = {"entity_id": row.id, "name_key": f"{PARKED}{row.id}", "core_key": row.core_key}
         transaction.count(statements.set_key, values)
@@ -244,13 +243,6 @@ def _rekey(
             "session %r: %d entities re-keyed with %s, %d merged",
             session_id, len(changed), rules.name, merged,
         )  # fmt: skip
-
-
-def _stored(rows: list[Any], entity_id: int) -> tuple[str, str | None]:
-    for row in rows:
-        if row.id == entity_id:
-            return row.name_key, row.core_key
-    raise LookupError(entity_id)
 
 
 def upgrade() -> None:
