@@ -9,7 +9,6 @@ user postgres). Without a server the Postgres tests skip with the reason, unless
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,11 +16,11 @@ import pytest
 import sqlalchemy as sa
 
 from tests import passwords
+
+# The helpers of the doubles module, and its fixtures (clock, logs, refused_port) for every suite.
+from tests.doubles import POSTGRES_ADMIN_URL, clock, logs, new_postgres_database, refused_port  # noqa: F401
 from zerda_store import ConversationEntityMemory, Store, migrate
 
-POSTGRES_ADMIN_URL = os.environ.get(
-    "ZERDA_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 REQUIRE_POSTGRES = os.environ.get("ZERDA_STORE_REQUIRE_POSTGRES") == "1"
 
 
@@ -42,19 +41,6 @@ def postgres_admin() -> Iterator[sa.Engine]:
     engine.dispose()
 
 
-def _new_postgres_database(admin: sa.Engine) -> tuple[str, Callable[[], None]]:
-    name = f"zerda_test_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-
-    def drop() -> None:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    url = sa.make_url(POSTGRES_ADMIN_URL).set(database=name)
-    return url.render_as_string(hide_password=False), drop
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def empty_database_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
     """A URL of a new, empty database (no tables) on each backend."""
@@ -62,7 +48,7 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterato
         yield f"sqlite:///{tmp_path / 'memory.db'}"
         return
     admin = request.getfixturevalue("postgres_admin")
-    url, drop = _new_postgres_database(admin)
+    url, drop = new_postgres_database(admin)
     try:
         yield url
     finally:
@@ -80,7 +66,7 @@ def database_url(empty_database_url: str) -> str:
 @pytest.fixture
 def postgres_url(postgres_admin: sa.Engine) -> Iterator[str]:
     """A new Postgres database at head, for tests that only make sense on Postgres."""
-    url, drop = _new_postgres_database(postgres_admin)
+    url, drop = new_postgres_database(postgres_admin)
     with Store(url) as store:
         migrate.upgrade(store)
     try:

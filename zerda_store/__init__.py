@@ -8,7 +8,9 @@ from .db.engine import Store
 from .errors import (
     CommitOutcomeUnknownError,
     DatabaseUnavailableError,
+    KeyRulesMismatchError,
     LockTimeoutError,
+    MergeError,
     NotAStoreDatabaseError,
     ReadOnlyStoreError,
     SchemaNotCurrentError,
@@ -23,8 +25,6 @@ from .extraction import (
     LLMExtractor,
     StanzaExtractor,
 )
-from .identity.merging import MergeError
-from .identity.resolution import KeyRulesMismatchError
 from .memory.conversation import ConversationEntityMemory
 from .memory.views import Entity
 

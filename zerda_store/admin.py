@@ -17,16 +17,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from .db.engine import Store
-from .db.schema import ANY_SCOPE, contexts, entities, entity_aliases, extractions, turns
+from .db.schema import ANY_SCOPE, contexts, entities, turns
 from .db.validation import checked_session_id, checked_text
 from .errors import SessionNotEmptyError
 from .model.names import KeyRules
 from .model.records import PendingTurn
-from .retention.policies import Policies, describe, make_rule
+from .retention.policies import Policies
+from .retention.policy import describe, make_rule
 from .retention.pruning import Pruner
+from .transfer.exporting import export_session
 from .transfer.importing import Importer
 from .turns.ledger import Ledger
-from .turns.repository import PAGE_SIZE, Repository
+from .turns.repository import Repository
 
 
 @dataclass(frozen=True)
@@ -111,69 +113,7 @@ class AdminRepository:
         """Every row of a session as plain records, from one snapshot: turns with their
         ledger rows, entities in first-seen order, then snippets in each entity's order.
         Ids are the source database's and serve only as references between records."""
-        with_ledger = (
-            sa.select(
-                turns.c.id,
-                turns.c.input_text,
-                turns.c.output_text,
-                turns.c.entity_names,
-                turns.c.created_at,
-                turns.c.idempotency_key,
-                extractions.c.extractor,
-                extractions.c.status,
-                extractions.c.error,
-                extractions.c.latency_ms,
-                extractions.c.entity_count,
-                extractions.c.attempts,
-                extractions.c.updated_at,
-            )
-            .outerjoin(extractions, extractions.c.turn_id == turns.c.id)
-            .where(turns.c.session_id == session_id)
-            .order_by(turns.c.id)
-        )
-        in_first_seen_order = (
-            sa.select(*(c for c in entities.c if c.name != "session_id"))
-            .where(entities.c.session_id == session_id)
-            .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
-        )
-        snippets = (
-            sa.select(
-                contexts.c.id,
-                contexts.c.entity_id,
-                contexts.c.turn_id,
-                contexts.c.turn_seq,
-                contexts.c.text,
-            )
-            .join(entities, entities.c.id == contexts.c.entity_id)
-            .where(contexts.c.session_id == session_id)
-            .order_by(
-                entities.c.first_turn_id,
-                entities.c.first_position,
-                entities.c.id,
-                contexts.c.turn_seq,
-                contexts.c.id,
-            )
-        )
-        aliases = (
-            sa.select(
-                entity_aliases.c.entity_id,
-                entity_aliases.c.alias,
-                entity_aliases.c.source,
-                entity_aliases.c.created_at,
-            )
-            .where(entity_aliases.c.session_id == session_id)
-            .order_by(entity_aliases.c.id)
-        )
-        with self.store.query() as connection:
-            streaming = connection.execution_options(yield_per=PAGE_SIZE)
-            for kind, query in (
-                ("turn", with_ledger),
-                ("entity", in_first_seen_order),
-                ("context", snippets),
-                ("alias", aliases),
-            ):
-                for row in streaming.execute(query):
-                    yield {"kind": kind, **row._asdict()}
+        return export_session(self.store, session_id)
 
     # -- retention ------------------------------------------------------------------------
 

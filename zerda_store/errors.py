@@ -38,3 +38,11 @@ class LockTimeoutError(StoreError):
 
 class SessionNotEmptyError(StoreError):
     """An import or copy into a session that already holds data, without merging."""
+
+
+class KeyRulesMismatchError(StoreError, ValueError):
+    """The session was keyed with other key rules than this memory's."""
+
+
+class MergeError(StoreError, ValueError):
+    """A merge or unmerge that cannot be done as asked; nothing was changed."""

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cli.helpers import populate, url_maker
-from tests.conftest import _new_postgres_database
+from tests.doubles import new_postgres_database
 from zerda_store import Store, migrate
 
 
@@ -29,7 +29,7 @@ def shared_populated(request: pytest.FixtureRequest, tmp_path_factory) -> Iterat
         url = f"sqlite:///{tmp_path_factory.mktemp('shared') / 'memory.db'}"
         drop = None
     else:
-        url, drop = _new_postgres_database(request.getfixturevalue("postgres_admin"))
+        url, drop = new_postgres_database(request.getfixturevalue("postgres_admin"))
     try:
         with Store(url) as store:
             migrate.upgrade(store)

@@ -14,10 +14,10 @@ from typing import Any
 import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
-from tests.support import BrokenLLM, KeywordLLM
+from tests.doubles import BrokenLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory
 from zerda_store.cli import main
-from zerda_store.db.engine import DATABASE_URL_ENV
+from zerda_store.db.urls import DATABASE_URL_ENV
 from zerda_store.model.names import name_key
 
 VOCABULARY = (

@@ -18,7 +18,7 @@ from tests.cli.helpers import (
     succeeded,
     url_maker,
 )
-from tests.conftest import _new_postgres_database
+from tests.doubles import new_postgres_database
 
 TABLES = ("turns", "entities", "contexts", "extractions")
 
@@ -105,7 +105,7 @@ def test_copy_of_a_missing_session_fails_in_one_line(sqlite_source, tmp_path):
 def test_copy_into_a_postgres_database_without_the_schema_says_what_to_run(
     sqlite_source, postgres_admin
 ):
-    target, drop = _new_postgres_database(postgres_admin)
+    target, drop = new_postgres_database(postgres_admin)
     try:
         line = one_line_error(copy(sqlite_source, target))
         assert "zerda-store db upgrade" in line

@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from click.testing import CliRunner
 
 from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
-from tests.conftest import _new_postgres_database
+from tests.doubles import new_postgres_database
 from zerda_store import migrate
 from zerda_store.cli import main
 
@@ -222,7 +222,7 @@ JOBS = 4
 
 @pytest.mark.postgres
 def test_concurrent_upgrades_apply_each_revision_once(postgres_admin, tmp_path: Path):
-    url, drop = _new_postgres_database(postgres_admin)
+    url, drop = new_postgres_database(postgres_admin)
     go = tmp_path / "go"
     jobs = []
     try:

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, one_line_error, succeeded
-from tests.conftest import _new_postgres_database
+from tests.doubles import new_postgres_database
 from zerda_store import Store, migrate
 from zerda_store.db import distribution
 from zerda_store.db.distribution import UNIQUE, Violation
@@ -80,7 +80,7 @@ def test_the_dry_run_prints_the_statements_and_every_blocker(postgres_url: str) 
 def test_a_schema_behind_head_is_refused_with_the_command_to_run(
     postgres_admin: sa.Engine,
 ) -> None:
-    url, drop = _new_postgres_database(postgres_admin)
+    url, drop = new_postgres_database(postgres_admin)
     try:
         with Store(url) as store:
             migrate.upgrade(store, "0004")

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, json_of, key, one_line_error, succeeded, table_rows
-from tests.support import KeywordLLM
+from tests.doubles import KeywordLLM
 from zerda_store.db.schema import entities, entity_merges
 
 SESSION = "crm"

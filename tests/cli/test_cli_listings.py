@@ -26,7 +26,7 @@ from tests.cli.helpers import (
     text,
     url_maker,
 )
-from tests.support import FixedLLM
+from tests.doubles import FixedLLM
 from zerda_store.cli import main
 
 STATS_KEYS = {

@@ -5,8 +5,6 @@ destination of `copy --to` (Postgres; every form of ``tests.passwords.FORMS``)."
 from __future__ import annotations
 
 import functools
-import logging
-import socket
 
 import pytest
 import sqlalchemy as sa
@@ -26,28 +24,13 @@ from tests.reliability.helpers import NamesExtractor
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.cli import common as cli_common
 from zerda_store.cli import main
-from zerda_store.db.engine import DATABASE_URL_ENV
+from zerda_store.db.urls import DATABASE_URL_ENV
 
 
 @pytest.fixture(params=["flag", "env"])
 def given(request: pytest.FixtureRequest) -> str:
     """How the URL is given: --database-url, or the environment variable."""
     return str(request.param)
-
-
-@pytest.fixture
-def refused_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])  # nothing listens there once closed
-
-
-@pytest.fixture
-def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="sqlalchemy")
-    caplog.set_level(logging.DEBUG, logger="zerda_store")
-    return caplog
 
 
 def run(url: str, given: str, *args: str) -> Result:

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.cli.helpers import VOCABULARY, invoke, json_of, succeeded
-from tests.support import BrokenLLM, KeywordLLM
+from tests.doubles import BrokenLLM, KeywordLLM
 from zerda_store.db.schema import extractions, turns
 
 FLAKY = (

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from tests.cli.helpers import invoke, one_line_error, succeeded, url_maker
-from tests.support import KeywordLLM
+from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory
 from zerda_store.model.names import FOLD_V1
 

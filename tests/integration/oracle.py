@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support import KeywordLLM
+from tests.doubles import KeywordLLM
 
 ORIGINAL_STATS_KEYS = ("type", "entity_count", "message_count", "total_contexts")
 ARABIC_PREFIX = "معلومات سابقة عن "

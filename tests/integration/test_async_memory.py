@@ -15,9 +15,9 @@ import pytest_asyncio
 import sqlalchemy as sa
 from sqlalchemy.util import await_
 
-from tests.support import KeywordLLM
+from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store, StoreError
-from zerda_store.turns.repository import Attachment
+from zerda_store.turns.attachment import Attachment
 
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.support import KeywordLLM
+from tests.doubles import KeywordLLM
 from zerda_store import (
     ConversationEntityMemory,
     DatabaseUnavailableError,

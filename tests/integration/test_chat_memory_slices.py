@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support import FixedLLM, driver_calls
+from tests.doubles import FixedLLM, KeywordLLM, driver_calls, say
 from zerda_store import ConversationEntityMemory
-from zerda_store.turns import repository
+from zerda_store.turns import reads
 
 Maker = Callable[..., ConversationEntityMemory]
 SMALL = 23
@@ -37,7 +37,7 @@ steps = st.none() | st.integers(-SMALL - 3, SMALL + 3).filter(bool)
 @pytest.fixture
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> int:
     """Pages of 4 turns, so that a session of 23 crosses many page boundaries."""
-    monkeypatch.setattr(repository, "PAGE_SIZE", 4)
+    monkeypatch.setattr(reads, "PAGE_SIZE", 4)
     return 4
 
 
@@ -147,3 +147,25 @@ def test_stepped_and_reversed_reads_take_a_handful_of_statements(make_memory, re
 
     # at most: a count, three pages of 500 and the snapshot's BEGIN or SET TRANSACTION
     assert len(sent) <= 6, [statement for statement, _ in sent]
+
+
+def test_chat_memory_negative_indexes_count_from_the_newest_turn(make_memory):
+    memory = make_memory(KeywordLLM(["Sarah"]), session_id="mine")
+    other = make_memory(KeywordLLM(["Sarah"]), session_id="theirs")
+    with pytest.raises(IndexError):
+        memory.chat_memory[-1]
+    say(memory, "one")
+    say(other, "theirs one")
+    say(memory, "two Sarah")
+    say(memory, "three")
+    say(other, "theirs two")
+
+    assert memory.chat_memory[-1] == {"input": "three", "output": "ok", "entities": []}
+    assert memory.chat_memory[-2] == {"input": "two Sarah", "output": "ok", "entities": ["Sarah"]}
+    assert memory.chat_memory[-3]["input"] == "one"
+    assert memory.chat_memory[-3] == memory.chat_memory[0]
+    with pytest.raises(IndexError):
+        memory.chat_memory[-len(memory.chat_memory) - 1]
+    with pytest.raises(IndexError):
+        memory.chat_memory[-100]
+    assert other.chat_memory[-1]["input"] == "theirs two"

@@ -6,15 +6,13 @@ import asyncio
 import logging
 import time
 import traceback
-import types
 from collections.abc import Mapping, MutableMapping, MutableSequence, Sequence
 
 import pytest
 import sqlalchemy as sa
 from zerda.memory import ConversationEntityMemory as Original
 
-import zerda_store.memory.conversation as memory_module
-from tests.support import BrokenLLM, FixedLLM, KeywordLLM
+from tests.doubles import BrokenLLM, FixedLLM, KeywordLLM, RecordingLLM, say
 from zerda_store import (
     ConversationEntityMemory,
     DatabaseUnavailableError,
@@ -24,18 +22,6 @@ from zerda_store import (
 )
 
 ORIGINAL_PROMPT = Original().entity_extraction_prompt
-
-
-class RecordingLLM:
-    """Answers with a fixed text and keeps every (prompt, max_tokens) it was asked with."""
-
-    def __init__(self, response: str = "") -> None:
-        self.response = response
-        self.calls: list[tuple[str, int]] = []
-
-    def generate(self, prompt: str, max_tokens: int = 256) -> str:
-        self.calls.append((prompt, max_tokens))
-        return self.response
 
 
 class ScriptedExtractor:
@@ -48,10 +34,6 @@ class ScriptedExtractor:
 
     def extract(self, text):
         return self.answers.pop(0)
-
-
-def say(memory, said, answered="ok"):
-    memory.save_context({"input": said}, {"output": answered})
 
 
 def recall(memory, text):
@@ -494,11 +476,9 @@ def test_add_context_persists_and_is_the_most_recent_snippet(make_memory):
     ]
 
 
-def test_last_seen_never_moves_backwards(make_memory, monkeypatch):
+def test_last_seen_never_moves_backwards(make_memory):
     readings = [2000.0, 1000.0, 500.0, 900.0, 800.0, 2600.0, 2500.0, 3000.0]
-    clock = types.SimpleNamespace(time=lambda: readings.pop(0))
-    monkeypatch.setattr(memory_module, "time", clock)
-    memory = make_memory(FixedLLM("Sarah"))
+    memory = make_memory(FixedLLM("Sarah"), clock=lambda: readings.pop(0))
 
     say(memory, "at 2000")
     say(memory, "at 1000")

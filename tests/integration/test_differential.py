@@ -11,6 +11,7 @@ from pathlib import Path
 
 from zerda.memory import ConversationEntityMemory as Original
 
+from tests.doubles import FixedLLM, KeywordLLM
 from tests.integration.oracle import (
     CONVERSATIONS,
     ENGLISH,
@@ -23,7 +24,6 @@ from tests.integration.oracle import (
     with_english_headers,
     without_times,
 )
-from tests.support import FixedLLM, KeywordLLM
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from tests.support import FixedLLM, KeywordLLM
+from tests.doubles import FixedLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.identity.merging import MergeError
-from zerda_store.identity.resolution import KeyRulesMismatchError
+from zerda_store.errors import KeyRulesMismatchError, MergeError
 
 TABLES = ("turns", "entities", "contexts", "entity_aliases", "extractions")
 
@@ -195,7 +194,7 @@ def test_unmerge_is_refused_once_the_kept_entity_was_forgotten(make_memory):
 
 
 def test_a_repaired_turn_joins_entities_as_a_saved_one_does(make_memory):
-    from tests.support import BrokenLLM
+    from tests.doubles import BrokenLLM
 
     memory = make_memory(BrokenLLM())
     say(memory, "Bobby and Dr. Sarah Chen called")

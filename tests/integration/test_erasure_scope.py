@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import KeywordLLM
+from tests.doubles import KeywordLLM, OutageLLM, say
 from zerda_store import Store, StoreError
 from zerda_store.admin import AdminRepository
 
@@ -70,3 +70,66 @@ def test_records_holding_one_idempotency_key_twice_are_refused_in_one_line(datab
         with pytest.raises(StoreError, match="idempotency key 'twice' more than once"):
             admin.import_session("s", [turn, {**turn, "id": 2}])
         assert not admin.session_exists("s")
+
+
+def test_forget_with_turns_deletes_failed_turns_that_mention_the_name(make_memory):
+    llm = OutageLLM(["Jane Doe", "Omar"])
+    memory = make_memory(llm)
+    llm.down = True
+    say(memory, "Jane Doe called about the invoice", "failed 1")
+    say(memory, "Omar phoned", "failed 2")
+    llm.down = False
+    say(memory, "Jane Doe signed the contract", "good 1")
+    say(memory, "Omar asked about pricing", "good 2")
+    assert memory.list_entities() == ["Jane Doe", "Omar"]
+
+    receipt = memory.forget_entity("Jane Doe", with_turns=True)
+
+    assert receipt == {
+        "entity": "Jane Doe",
+        "entities": 1,
+        "contexts": 1,
+        "turns_deleted": 2,
+        "turns_updated": 0,
+    }
+    assert [turn["output"] for turn in memory.chat_memory] == ["failed 2", "good 2"]
+
+    assert memory.reextract() == {"repaired": 1, "failed": 0}
+
+    assert memory.list_entities() == ["Omar"]
+    assert "Jane Doe" not in memory.entity_store
+    assert memory.get_entity_info("Jane Doe") is None
+    assert memory.get_entity_info("Omar")["recent_contexts"] == [
+        "Omar phoned failed 2",
+        "Omar asked about pricing good 2",
+    ]
+    assert [turn["entities"] for turn in memory.chat_memory] == [["Omar"], ["Omar"]]
+
+
+def test_forget_with_turns_keeps_failed_turns_where_the_name_is_only_part_of_a_word(
+    make_memory,
+):
+    llm = OutageLLM(["Ann"])
+    memory = make_memory(llm)
+    say(memory, "Ann joined", "good")
+    llm.down = True
+    say(memory, "The annual report is due on Friday", "failed")
+
+    receipt = memory.forget_entity("Ann", with_turns=True)
+
+    assert receipt["turns_deleted"] == 1
+    assert [turn["output"] for turn in memory.chat_memory] == ["failed"]
+
+
+def test_forget_without_turns_leaves_failed_turns_in_place(make_memory):
+    llm = OutageLLM(["Jane Doe"])
+    memory = make_memory(llm)
+    llm.down = True
+    say(memory, "Jane Doe called", "failed")
+    llm.down = False
+    say(memory, "Jane Doe signed", "good")
+
+    receipt = memory.forget_entity("Jane Doe")
+
+    assert (receipt["turns_deleted"], receipt["turns_updated"]) == (0, 1)
+    assert [turn["output"] for turn in memory.chat_memory] == ["failed", "good"]

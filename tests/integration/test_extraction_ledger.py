@@ -9,25 +9,12 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from tests.support import BrokenLLM, KeywordLLM
+from tests.doubles import BrokenLLM, KeywordLLM, OutageLLM, say
+from zerda_store import StanzaExtractor
 from zerda_store.cli import main
-from zerda_store.extraction import StanzaExtractor
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "stanza"
 NAMES = ("Sarah", "Acme Corp", "Berlin")
-
-
-class OutageLLM(KeywordLLM):
-    """Fails while ``down`` is set, like an LLM provider during an outage."""
-
-    def __init__(self) -> None:
-        super().__init__(NAMES)
-        self.down = True
-
-    def generate(self, prompt: str, max_tokens: int = 256) -> str:
-        if self.down:
-            raise TimeoutError("LLM did not answer in 30 s")
-        return super().generate(prompt, max_tokens)
 
 
 def _ledger(database_url: str) -> list[tuple[Any, ...]]:
@@ -68,7 +55,7 @@ def test_failed_extractions_are_recorded_and_the_turns_kept(make_memory, databas
 
 
 def test_reextract_repairs_failed_turns_in_turn_order_once(make_memory, database_url):
-    llm = OutageLLM()
+    llm = OutageLLM(NAMES, down=True)
     memory = make_memory(llm)
     memory.save_context({"input": "Sarah joined Acme Corp"}, {"output": "first"})
     memory.save_context({"input": "Sarah moved to Berlin"}, {"output": "second"})
@@ -141,3 +128,32 @@ def test_cli_reextract_repairs_turns_once_stanza_models_are_present(
     assert memory.list_entities() == ["Sarah Connor", "Acme Corp", "Paris"]
     assert memory.get_entity_info("Sarah Connor")["type"] == "PERSON"
     assert memory.get_memory_stats()["total_contexts"] == 3
+
+
+def test_a_repaired_older_turn_gives_the_display_name_first_seen_and_order(make_memory, clock):
+    llm = OutageLLM(["sarah", "Sarah", "Omar"])
+    memory = make_memory(llm, clock=clock)
+    llm.down = True
+    say(memory, "sarah called about the quote", "first")  # at 1000, extraction fails
+    llm.down = False
+    say(memory, "Omar met Sarah", "second")  # at 1100
+    assert memory.list_entities() == ["Omar", "Sarah"]
+    assert memory.get_entity_info("sarah")["first_seen"] == 1100.0
+
+    assert memory.reextract() == {"repaired": 1, "failed": 0}
+
+    assert memory.list_entities() == ["sarah", "Omar"]
+    assert list(memory.entity_store) == ["sarah", "Omar"]
+    info = memory.get_entity_info("SARAH")
+    assert info["name"] == "sarah"
+    assert (info["first_seen"], info["last_seen"]) == (1000.0, 1100.0)
+    assert info["recent_contexts"] == [
+        "sarah called about the quote first",
+        "Omar met Sarah second",
+    ]
+    assert memory.entity_store["Sarah"].name == "sarah"
+    assert memory.load_memory_variables({"input": "What about Sarah?"})["entity_info"] == (
+        "Previous information about sarah:\n"
+        "sarah called about the quote first\nOmar met Sarah second"
+    )
+    assert [turn["entities"] for turn in memory.chat_memory] == [["sarah"], ["Omar", "Sarah"]]

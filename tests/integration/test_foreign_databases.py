@@ -12,8 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
-from tests.conftest import _new_postgres_database
-from tests.support import FixedLLM
+from tests.doubles import FixedLLM, new_postgres_database
 from zerda_store import (
     ConversationEntityMemory,
     NotAStoreDatabaseError,
@@ -118,7 +117,7 @@ def with_search_path(url: str, schema: str) -> str:
 def hidden_schema_url(postgres_admin: sa.Engine) -> Iterator[str]:
     """A Postgres database whose zerda_store tables (holding session "s1") are in schema
     zerda, while a plain connection's search_path is the default one ("$user", public)."""
-    url, drop = _new_postgres_database(postgres_admin)
+    url, drop = new_postgres_database(postgres_admin)
     try:
         run(url, "CREATE SCHEMA zerda")
         in_zerda = with_search_path(url, "zerda")
@@ -193,7 +192,7 @@ def test_an_explicit_schema_is_created_with_its_own_tables_by_db_upgrade(hidden_
 
 @pytest.mark.postgres
 def test_a_search_path_naming_no_existing_schema_is_explained_by_db_upgrade(postgres_admin):
-    url, drop = _new_postgres_database(postgres_admin)
+    url, drop = new_postgres_database(postgres_admin)
     try:
         missing = f"nope_{uuid.uuid4().hex[:6]}"
         line = one_line_error(invoke(with_search_path(url, missing), "db", "upgrade"))

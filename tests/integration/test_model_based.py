@@ -45,8 +45,8 @@ from hypothesis.stateful import (
 )
 from zerda.memory import ConversationEntityMemory as Original
 
+from tests.doubles import KeywordLLM, RecordingLLM
 from tests.integration.oracle import ORIGINAL_STATS_KEYS
-from tests.support import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
 
 ORIGINAL_TEMPLATE = "معلومات سابقة عن {name}:"
@@ -101,18 +101,6 @@ naming_texts = st.builds(
 key_present = st.sampled_from((True, True, True, False))
 
 
-class RecordingLLM(KeywordLLM):
-    """The keyword model, keeping every (prompt, max_tokens) it is asked with."""
-
-    def __init__(self) -> None:
-        super().__init__(VOCABULARY)
-        self.prompts: list[tuple[str, int]] = []
-
-    def generate(self, prompt: str, max_tokens: int = 256) -> str:
-        self.prompts.append((prompt, max_tokens))
-        return super().generate(prompt, max_tokens)
-
-
 @dataclass
 class Session:
     options: dict[str, str]
@@ -155,7 +143,11 @@ class MemoryMachine(RuleBasedStateMachine):
         self.opened: list[ConversationEntityMemory] = []
         self.sessions: list[Session] = []
         for options in SESSION_OPTIONS:
-            session_id, their_llm, our_llm = f"model-{uuid.uuid4()}", RecordingLLM(), RecordingLLM()
+            session_id, their_llm, our_llm = (
+                f"model-{uuid.uuid4()}",
+                RecordingLLM(KeywordLLM(VOCABULARY)),
+                RecordingLLM(KeywordLLM(VOCABULARY)),
+            )
             ours = self._open(options, session_id, our_llm, shared_store=False)
             theirs = Original(llm=their_llm, **options)
             self.sessions.append(Session(options, session_id, theirs, their_llm, ours, our_llm))
@@ -190,7 +182,7 @@ class MemoryMachine(RuleBasedStateMachine):
 
     def _check_prompts(self, session: Session, text: str) -> None:
         """Both LLMs were asked about the text alike; zerda_store skips blank text."""
-        theirs, ours = session.their_llm.prompts, session.our_llm.prompts
+        theirs, ours = session.their_llm.calls, session.our_llm.calls
         assert theirs == [(ORIGINAL_PROMPT.format(text=text), 100)]
         assert ours == (theirs if text.strip() else [])
         theirs.clear()

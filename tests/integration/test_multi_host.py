@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, json_of, succeeded
-from tests.conftest import _new_postgres_database
+from tests.doubles import new_postgres_database
 from tests.reliability.helpers import NamesExtractor
 from zerda_store import ConversationEntityMemory, Store, migrate
 
@@ -27,7 +27,7 @@ def _closed_port() -> int:
 @pytest.fixture
 def listed_url(postgres_admin: sa.Engine) -> Iterator[str]:
     """A fresh empty database, reached through a list whose first host refuses."""
-    url, drop = _new_postgres_database(postgres_admin)
+    url, drop = new_postgres_database(postgres_admin)
     parsed = sa.make_url(url)
     user = f"{parsed.username}@" if parsed.username else ""
     listed = (

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.support import driver_calls
+from tests.doubles import driver_calls
 from zerda_store import ConversationEntityMemory
 
 INDEX = "ix_contexts_entity_id_turn_seq_id"

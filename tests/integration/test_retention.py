@@ -14,6 +14,7 @@ from zerda_store import Store
 from zerda_store.admin import AdminRepository
 from zerda_store.extraction import ExtractedEntity
 from zerda_store.retention.pruning import Pruner
+from zerda_store.retention.sweeper import start_sweeper
 
 DAY = 86_400.0
 
@@ -292,16 +293,23 @@ def test_the_sweeper_starts_prunes_and_stops(memory, clock, database_url):
         save(memory, "Sarah/PERSON", f"n{n}")
     memory.set_retention(keep_last=1)
     with Store(database_url) as store:
-        store.start_sweeper(interval=0.05, now=clock)
-        sweeper = store.sweeper
+        sweeper = start_sweeper(store, interval=0.05, now=clock)
         for _ in range(200):
             if sweeper.rounds:
                 break
             threading.Event().wait(0.05)
-        store.stop_sweeper()
+        sweeper.stop()
         assert not sweeper.running
         assert sweeper.last_receipt.snippets == 3
     assert stored(database_url, "contexts") == 1
+
+
+def test_closing_the_store_stops_its_sweeper(database_url):
+    store = Store(database_url)
+    sweeper = start_sweeper(store, interval=3600)
+    assert sweeper.running
+    store.close()
+    assert not sweeper.running
 
 
 def test_settings_are_checked(memory):

@@ -4,7 +4,7 @@ memory on the store applies at once."""
 
 from __future__ import annotations
 
-from tests.support import FixedLLM, driver_calls
+from tests.doubles import FixedLLM, driver_calls
 from zerda_store import ConversationEntityMemory, Store
 
 

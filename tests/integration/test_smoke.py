@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tests.support import FixedLLM
+from tests.doubles import FixedLLM
 
 
 def test_turn_is_recalled_by_a_later_input(make_memory):

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.doubles import FixedLLM
 from tests.stanza_models.generate import PROBES
-from tests.support import FixedLLM
 from zerda_store.extraction import StanzaExtractor
 
 stanza = pytest.importorskip("stanza")

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tests.doubles import driver_calls
 from tests.reliability.helpers import (
     VocabularyExtractor,
     inspect_database,
     row_counts,
     table_counts,
 )
-from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory
 from zerda_store.db.schema import contexts, entities, turns
 

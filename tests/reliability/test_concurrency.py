@@ -15,6 +15,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.doubles import driver_calls
 from tests.reliability import workers
 from tests.reliability.helpers import (
     NamesExtractor,
@@ -23,7 +24,6 @@ from tests.reliability.helpers import (
     table_counts,
     turn_names,
 )
-from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.db.schema import entities
 from zerda_store.model.names import name_key

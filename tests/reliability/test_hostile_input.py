@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.doubles import query, say
 from tests.reliability.helpers import NamesExtractor, inspect_database, table_counts
 from zerda_store import ConversationEntityMemory, DatabaseUnavailableError, Store
 from zerda_store.model.names import name_key
@@ -292,15 +293,6 @@ def silent_server() -> Iterator[int]:
     listener.close()
 
 
-@pytest.fixture
-def refused_port() -> int:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()  # nothing listens there now
-    return int(port)
-
-
 def _everything_said(error: BaseException) -> str:
     said = ["".join(traceback.format_exception(error))]
     seen: BaseException | None = error
@@ -350,3 +342,81 @@ def test_a_store_shows_no_password() -> None:
         assert "Sup3r" not in str(store)
     finally:
         store.close()
+
+
+def ledger(database_url: str, session_id: str = "default") -> list[tuple[Any, ...]]:
+    return query(
+        database_url,
+        "SELECT x.status, x.extractor, x.error FROM extractions x"
+        " JOIN turns t ON t.id = x.turn_id WHERE x.session_id = :s ORDER BY t.id",
+        s=session_id,
+    )[1]
+
+
+class RaisingExtractor:
+    name = "raising"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def extract(self, text: str) -> list[str]:
+        raise self.error
+
+
+class AnswerExtractor:
+    def __init__(self, answer, name: str = "answer") -> None:
+        self.answer = answer
+        self.name = name
+
+    def extract(self, text: str):
+        return self.answer
+
+
+@pytest.mark.parametrize("bad_type", ["ORG\x00", "ORG\ud800", "\x00"])
+def test_an_entity_type_that_cannot_be_stored_becomes_unknown(make_memory, bad_type):
+    memory = make_memory(extractor=AnswerExtractor([("Acme", bad_type), ("Sarah", "PERSON")]))
+
+    say(memory, "Acme hired Sarah")
+
+    assert memory.list_entities() == ["Acme", "Sarah"]
+    assert memory.get_entity_info("Acme")["type"] == "unknown"
+    assert memory.entity_store["Acme"].entity_type == "unknown"
+    assert memory.get_entity_info("Sarah")["type"] == "PERSON"
+    assert list(memory.chat_memory) == [
+        {"input": "Acme hired Sarah", "output": "ok", "entities": ["Acme", "Sarah"]}
+    ]
+    assert memory.get_memory_stats()["extraction_errors"] == 0
+
+
+@pytest.mark.parametrize(
+    ("message", "stored"),
+    [
+        ("bad\x00byte", "RuntimeError: bad\\x00byte"),
+        ("lone \ud800 surrogate", "RuntimeError: lone \\ud800 surrogate"),
+    ],
+)
+def test_an_extraction_error_holding_nul_or_a_surrogate_is_escaped_and_recorded(
+    make_memory, database_url, message, stored
+):
+    memory = make_memory(extractor=RaisingExtractor(RuntimeError(message)))
+
+    say(memory, "Acme hired Sarah")
+
+    assert list(memory.chat_memory) == [
+        {"input": "Acme hired Sarah", "output": "ok", "entities": []}
+    ]
+    stats = memory.get_memory_stats()
+    assert (stats["message_count"], stats["extraction_errors"]) == (1, 1)
+    assert stats["last_extraction_error"] == stored
+    assert "\x00" not in stats["last_extraction_error"]
+    stats["last_extraction_error"].encode("utf-8")  # no lone surrogate left
+    assert ledger(database_url) == [("failed", "raising", stored)]
+
+
+def test_an_extractor_name_holding_nul_is_escaped_in_the_ledger(make_memory, database_url):
+    memory = make_memory(extractor=AnswerExtractor(["Acme"], name="odd\x00name"))
+
+    say(memory, "Acme")
+
+    assert memory.list_entities() == ["Acme"]
+    assert ledger(database_url) == [("ok", "odd\\x00name", None)]

@@ -8,7 +8,7 @@ import os
 import pytest
 
 import zerda_store.db.engine as engine_module
-from tests.support import FixedLLM
+from tests.doubles import FixedLLM
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.db.unit_of_work import Transaction
 from zerda_store.turns.queries import Queries

@@ -20,8 +20,8 @@ import pytest
 import sqlalchemy as sa
 
 import zerda_store
+from tests.doubles import KeywordLLM
 from tests.reliability.helpers import inspect_database, table_counts
-from tests.support import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
 
 LOCK_TIMEOUT = 0.5

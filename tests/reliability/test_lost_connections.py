@@ -16,6 +16,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.doubles import driver_calls
 from tests.reliability.helpers import (
     NamesExtractor,
     duplicated_tags,
@@ -23,7 +24,6 @@ from tests.reliability.helpers import (
     snippet_keys_by_turn,
     table_counts,
 )
-from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory, DatabaseUnavailableError, StoreError
 from zerda_store.db.schema import turns
 

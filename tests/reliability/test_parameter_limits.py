@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tests.doubles import FixedLLM
 from tests.reliability.helpers import inspect_database, row_counts, table_counts
-from tests.support import FixedLLM
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.admin import AdminRepository
 from zerda_store.db.schema import turns

@@ -8,9 +8,6 @@ Every test runs with each form of the password (``tests.passwords.FORMS``).
 
 from __future__ import annotations
 
-import logging
-import socket
-
 import pytest
 import sqlalchemy as sa
 
@@ -34,24 +31,6 @@ from zerda_store import (
     Store,
     StoreError,
 )
-
-
-@pytest.fixture
-def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    """Every record of SQLAlchemy and zerda_store, down to DEBUG."""
-    caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="sqlalchemy")
-    caplog.set_level(logging.DEBUG, logger="zerda_store")
-    return caplog
-
-
-@pytest.fixture
-def refused_port() -> int:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()  # nothing listens there now
-    return int(port)
 
 
 def masked(role: RoleDatabase, port: int | None = None) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import populate, url_maker
-from tests.support import FixedLLM
+from tests.doubles import FixedLLM
 from zerda_store import ConversationEntityMemory, Store
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,11 +26,11 @@ import pytest
 import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, succeeded
+from tests.doubles import KeywordLLM
 from tests.reliability.helpers import VocabularyExtractor, inspect_database, table_counts
-from tests.support import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.db.engine import DATABASE_URL_ENV
 from zerda_store.db.schema import contexts, entities, turns
+from zerda_store.db.urls import DATABASE_URL_ENV
 from zerda_store.model.names import name_key
 
 WRITERS = 3

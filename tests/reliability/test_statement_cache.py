@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import CompilerElement
 
-from tests.support import BrokenLLM, KeywordLLM
+from tests.doubles import BrokenLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
 
 NAMES = ["Sarah Chen", "Omar", "Acme Corp", "Bilal Haddad"]

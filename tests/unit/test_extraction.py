@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from tests.support import BrokenLLM, FixedLLM
+from tests.doubles import BrokenLLM, FixedLLM, RecordingLLM
 from zerda_store.extraction import (
     DEFAULT_EXTRACTION_PROMPT,
     ExtractedEntity,
@@ -13,16 +13,6 @@ from zerda_store.extraction import (
     LLMExtractor,
     StanzaExtractor,
 )
-
-
-class RecordingLLM:
-    def __init__(self, response: str) -> None:
-        self.response = response
-        self.calls: list[tuple[str, int]] = []
-
-    def generate(self, prompt: str, max_tokens: int = 256) -> str:
-        self.calls.append((prompt, max_tokens))
-        return self.response
 
 
 def test_llm_path_formats_the_prompt_and_asks_for_100_tokens():

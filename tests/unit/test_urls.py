@@ -3,13 +3,14 @@ the query, "@" in the database or the query; and how they are shown (no database
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import pytest
 
-from zerda_store import Store, StoreError
-from zerda_store.db.engine import resolve_url, safe_url
+from zerda_store import ConversationEntityMemory, Store, StoreError
+from zerda_store.db.urls import resolve_url, safe_url
 
 PARSED = {
     # written: (username, password, host, port, database, query)
@@ -107,3 +108,37 @@ def test_a_driver_message_is_shown_without_any_form_of_a_secret(written: str) ->
         shown = store.describe(RuntimeError("driver said: " + " | ".join(forms) + "\nmore"))
         assert shown == "driver said: " + " | ".join(["***"] * len(forms))
         assert not any(form in repr(store) for form in forms)
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite:///:memory:"])
+def test_in_memory_sqlite_is_refused_with_a_clear_error(url):
+    with pytest.raises(StoreError, match="in-memory SQLite") as caught:
+        Store(url)
+    assert "use a file" in str(caught.value)
+
+    with pytest.raises(StoreError, match="use a file"):
+        ConversationEntityMemory(database_url=url)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("mysql://u:s3cret@db.example/crm", "unsupported database 'mysql'"),
+        ("postgresql+psycopg2://u:s3cret@db.example/crm", "the psycopg2 driver is not supported"),
+        ("postgresql://u:s3cret@db.example:abc/crm", "could not parse the database URL"),
+    ],
+)
+def test_an_unsupported_or_malformed_url_is_a_store_error_without_the_password(url, expected):
+    with pytest.raises(StoreError) as caught:
+        Store(url)
+
+    error = caught.value
+    assert expected in str(error)
+    assert "s3cret" not in str(error)
+    assert "s3cret" not in repr(error)
+    assert "s3cret" not in "".join(traceback.format_exception(error))
+
+
+def test_a_non_numeric_port_is_refused_before_any_connection_is_tried():
+    with pytest.raises(StoreError, match="could not parse"):
+        ConversationEntityMemory(database_url="postgresql://u:pw@127.0.0.1:abc/crm")

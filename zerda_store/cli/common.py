@@ -18,8 +18,8 @@ from sqlalchemy.exc import DBAPIError
 
 from ..admin import AdminRepository
 from ..db import migrate
-from ..db.engine import Store, first_line, resolve_url
-from ..db.urls import scrub
+from ..db.engine import Store
+from ..db.urls import first_line, resolve_url, scrub
 from ..errors import StoreError
 from ..memory.conversation import ConversationEntityMemory
 

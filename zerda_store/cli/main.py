@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from ..admin import AdminRepository
 from ..db import migrate
-from ..db.engine import DATABASE_URL_ENV
+from ..db.urls import DATABASE_URL_ENV
 from ..extraction import StanzaExtractor
 from ..memory.conversation import ConversationEntityMemory
 from .common import (

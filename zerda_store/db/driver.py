@@ -3,10 +3,9 @@
 The units of work run a handful of statements that never change shape. Going through
 SQLAlchemy's execution layer costs 25–40 µs a statement on top of the driver's 5–10 µs (see
 the README's performance section), so statements are compiled once per store and sent
-straight to the pooled driver connection. They stay Core constructs built from
-:mod:`zerda_store.db.schema`; the compiled text carries the dialect's quoting, casts and
-placeholders, values pass through the column types' bind processors, and returned rows
-through their result processors, exactly as SQLAlchemy would do.
+straight to the pooled driver connection. They stay Core constructs built from :mod:`schema`;
+the compiled text carries the dialect's quoting, casts and placeholders, values pass through
+the column types' bind processors, and rows through their result processors, as SQLAlchemy's.
 
 Statements go through the dialect's ``do_execute`` and ``do_commit``, as SQLAlchemy's own do,
 so a hook there sees both; SQLAlchemy's cursor events (``before_cursor_execute`` and friends)

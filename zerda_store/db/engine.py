@@ -1,5 +1,5 @@
-"""Database URLs and the shared :class:`Store` (its engines' connection settings are in
-:mod:`connection_settings`, its async half in :mod:`async_store`).
+"""The shared :class:`Store` (its engines' connection settings are in :mod:`settings`, its
+async half in :mod:`engine_aio`, the URLs it accepts in :mod:`urls`).
 
 SQLite gets durable commits, a busy timeout, foreign keys, and write transactions that
 begin IMMEDIATE (a deferred read-then-write transaction cannot wait for a concurrent writer
@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -28,50 +29,23 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from ..errors import (
-    CommitOutcomeUnknownError,
-    DatabaseUnavailableError,
-    LockTimeoutError,
-    ReadOnlyStoreError,
-    SchemaNotCurrentError,
-    StoreError,
-)
-from . import unit_of_work
-from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncStore
+from ..errors import DatabaseUnavailableError, LockTimeoutError, ReadOnlyStoreError, StoreError
+from . import unit_of_work, unit_of_work_aio
+from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncHalf
 from .settings import (
     DEFAULT_LOCK_TIMEOUT,
     IMMUTABLE,
     NO_PING,
-    SQLITE_BUSY_TIMEOUT_MS,
     Durability,
     checked_schema,
     create_store_engine,
 )
 from .unit_of_work import SessionLock, Transaction
-from .urls import parse_url, safe_url, scrub, with_password_from_query
-
-__all__ = [
-    "DATABASE_URL_ENV",
-    "DEFAULT_DATABASE_URL",
-    "DEFAULT_LOCK_TIMEOUT",
-    "SQLITE_BUSY_TIMEOUT_MS",
-    "CommitOutcomeUnknownError",
-    "DatabaseUnavailableError",
-    "Durability",
-    "LockTimeoutError",
-    "ReadOnlyStoreError",
-    "SchemaNotCurrentError",
-    "Store",
-    "StoreError",
-    "create_store_engine",
-    "resolve_url",
-    "safe_url",
-]
+from .unit_of_work_aio import AsyncConnections
+from .urls import first_line, resolve_url, safe_url, scrub
 
 logger = logging.getLogger("zerda_store.engine")
 
-DEFAULT_DATABASE_URL = "sqlite:///zerda_store.db"
-DATABASE_URL_ENV = "ZERDA_STORE_DATABASE_URL"
 T = TypeVar("T")
 C = TypeVar("C")
 S = TypeVar("S")
@@ -88,47 +62,15 @@ KEPT_SECONDS = 30.0
 _INHERITED: list[Any] = []
 
 
-def resolve_url(database_url: str | URL | None = None) -> URL:
-    """The URL to use: the argument, else ``ZERDA_STORE_DATABASE_URL``, else the SQLite file.
-
-    ``postgresql://`` and ``postgres://`` URLs are mapped to the psycopg 3 driver. A password
-    may hold unencoded ``@`` signs, or come as ``?password=`` (it then becomes the URL's
-    password, which is never shown).
-    """
-    raw = database_url or os.environ.get(DATABASE_URL_ENV) or DEFAULT_DATABASE_URL
-    if isinstance(raw, str) and raw.startswith("postgres://"):
-        raw = "postgresql://" + raw[len("postgres://") :]
-    try:
-        url = parse_url(raw) if isinstance(raw, str) else raw
-        url.port  # noqa: B018  (a port that is not a number is found here, not later)
-    except (ArgumentError, ValueError):
-        raise StoreError(
-            "could not parse the database URL; expected e.g. sqlite:///file.db "
-            "or postgresql://user@host/dbname"
-        ) from None
-    if url.drivername == "postgresql":
-        url = url.set(drivername="postgresql+psycopg")
-    if url.get_backend_name() == "postgresql":
-        url = with_password_from_query(url)
-    return url
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of a driver error (SQLAlchemy's wrapper adds the statement and a
-    link), as it came, secrets and all: pass it through :func:`scrub` before showing it."""
-    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return detail[0] if detail else type(exc).__name__
-
-
-class Store(AsyncStore):
+class Store:
     """One engine (one connection pool) and one set of compiled statements that many
     memories can share.
 
     ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
     connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
     a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
-    ``await`` :meth:`aclose`); closing never deletes data. Its async methods
-    (:class:`AsyncStore`) use a second pool, on the async drivers.
+    ``await`` :meth:`aclose`); closing never deletes data. Its async methods use a second
+    pool, on the async drivers (:class:`engine_aio.AsyncHalf`, a part it holds).
 
     ``read_only=True`` opens the database for reading only: it is never created, migrated
     or written (a SQLite file that is not there is a :class:`DatabaseUnavailableError`, a
@@ -157,7 +99,6 @@ class Store(AsyncStore):
         self.durability: Durability = durability
         self.read_only = read_only
         self.schema = checked_schema(schema) if schema is not None else None
-        self.init_async(llm_workers, async_pool_size)
         self._statements: dict[Callable[[Dialect], Any], Any] = {}
         self._statements_lock = threading.Lock()
         self._idle: list[tuple[Any, float]] = []
@@ -182,7 +123,17 @@ class Store(AsyncStore):
         self.schema_checked = False
         self.schema_lock = threading.Lock()
         self.closed = False
-        self._sweeper: Any = None
+        self._on_close: list[Callable[[], object]] = []
+        self._aio = AsyncHalf(
+            self,
+            self.url,
+            durability=durability,
+            lock_timeout=self.lock_timeout,
+            read_only=read_only,
+            schema=self.schema,
+            llm_workers=llm_workers,
+            pool_size=async_pool_size,
+        )
 
     def __repr__(self) -> str:
         return f"Store({safe_url(self.url)!r})"
@@ -214,42 +165,53 @@ class Store(AsyncStore):
         self.close()
 
     def close(self) -> None:
-        """Close the pool's connections (stopping the sweeper first, if it runs); the store
-        cannot be used afterwards. From async code prefer :meth:`aclose`, which also closes
-        the async pool's connections properly (here they are only dropped when an event
-        loop is running)."""
-        self.stop_sweeper()
+        """Close the pool's connections (first running what :meth:`on_close` registered,
+        such as stopping a sweeper); the store cannot be used afterwards. From async code
+        prefer :meth:`aclose`, which also closes the async pool's connections properly
+        (here they are only dropped when an event loop is running)."""
+        callbacks, self._on_close = self._on_close, []
+        for callback in reversed(callbacks):
+            callback()
         self.closed = True
         self.drop_connections()
-        self.close_async()
+        self._aio.close()
 
-    # The retention sweeper lives in zerda_store.retention.pruning, above this module: imported when
-    # started, so that a store without one never loads it.
+    def on_close(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` when the store closes (the last registered first): how a
+        feature built on the store, such as the retention sweeper, is stopped with it."""
+        self._on_close.append(callback)
 
-    def start_sweeper(
-        self, interval: float = 3600.0, *, now: Callable[[], float] = time.time
-    ) -> None:
-        """Start a daemon thread that prunes every session with a retention policy every
-        ``interval`` seconds (each round in batches, like ``prune``), until
-        :meth:`stop_sweeper` or :meth:`close`. Off unless started; errors are logged."""
-        from ..retention.pruning import Pruner
-        from ..retention.sweeper import Sweeper
+    async def __aenter__(self) -> Store:
+        return self
 
-        if self._sweeper is not None and self._sweeper.running:
-            raise StoreError("the sweeper is already running; stop it first")
-        self._sweeper = Sweeper(Pruner(self, now=now), interval)
-        self._sweeper.start()
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
-    def stop_sweeper(self, timeout: float | None = None) -> None:
-        """Stop the sweeper (if it runs) and wait for its current round to finish."""
-        sweeper, self._sweeper = self._sweeper, None
-        if sweeper is not None:
-            sweeper.stop(timeout)
+    async def aclose(self) -> None:
+        """Close both pools' connections from async code; the store cannot be used
+        afterwards."""
+        connections = self._aio.detach()
+        self.close()
+        if connections is not None:
+            await connections.aclose()
+
+    async def async_connections(self) -> AsyncConnections:
+        """The async pool of the running event loop (:meth:`AsyncHalf.connections`)."""
+        return await self._aio.connections()
+
+    async def awrite(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
+        """:meth:`write`, awaited on the async pool (:func:`unit_of_work_aio.write`)."""
+        self.check_writable()
+        return await unit_of_work_aio.write(self, work, lock)
+
+    async def aread(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+        """:meth:`read`, awaited on the async pool (:func:`unit_of_work_aio.read`)."""
+        return await unit_of_work_aio.read(self, work, snapshot=snapshot)
 
     @property
-    def sweeper(self) -> Any:
-        """The running sweeper (its ``rounds`` and ``last_receipt``), or None."""
-        return self._sweeper
+    def llm_executor(self) -> ThreadPoolExecutor:
+        """The store's threads for synchronous extraction called from async code."""
+        return self._aio.llm_executor
 
     @contextmanager
     def connect(self, *, ping: bool = True) -> Iterator[Connection]:

@@ -1,5 +1,5 @@
-"""The async half of :class:`engine.Store`: its async pool, awaited units of work, and the
-threads that run synchronous extraction for async callers.
+"""The async half of :class:`engine.Store` (a part it holds, not its base): its async pool
+and the threads that run synchronous extraction for async callers.
 
 The async engine gets the sync engine's options and connection settings
 (:func:`connection_settings.engine_options`, :func:`connection_settings.configure`): the same lock timeout, the same
@@ -12,22 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import Protocol
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ..errors import StoreError
-from . import unit_of_work_aio as async_unit_of_work
-from .settings import DEFAULT_LOCK_TIMEOUT, configure, engine_options
-from .unit_of_work import SessionLock, Transaction
+from .settings import DEFAULT_LOCK_TIMEOUT, Durability, configure, engine_options
 from .unit_of_work_aio import AsyncConnections
-
-if TYPE_CHECKING:
-    from .engine import Store
-    from .settings import Durability
 
 logger = logging.getLogger("zerda_store.engine")
 
@@ -38,7 +31,6 @@ DEFAULT_LLM_WORKERS = 32
 DEFAULT_ASYNC_POOL_SIZE = 10
 
 _ASYNC_DRIVERS = {"postgresql": "postgresql+psycopg_async", "sqlite": "sqlite+aiosqlite"}
-T = TypeVar("T")
 
 
 def create_async_store_engine(
@@ -69,71 +61,77 @@ def create_async_store_engine(
     return engine
 
 
-class AsyncStore:
-    """The async methods of :class:`engine.Store`.
+class Owner(Protocol):
+    """What the async half needs of the store that holds it."""
 
-    They use a second pool on the async drivers, made on first use inside the running
-    event loop (``async_pool_size`` connections, as many again in overflow on Postgres),
-    and run synchronous extraction (an LLM without ``agenerate``, stanza) on the store's
-    own ``llm_workers`` threads, never on the event loop's shared default executor.
-    """
-
-    url: URL
-    durability: Durability
-    lock_timeout: float
-    read_only: bool
-    schema: str | None
     closed: bool
 
-    def init_async(self, llm_workers: int, async_pool_size: int) -> None:
-        if llm_workers < 1 or async_pool_size < 1:
+    def unavailable(self, exc: BaseException) -> Exception: ...
+
+
+class AsyncHalf:
+    """The async half a :class:`engine.Store` holds: a second pool on the async drivers,
+    made on first use inside the running event loop (``pool_size`` connections, as many
+    again in overflow on Postgres), and the threads that run synchronous extraction (an
+    LLM without ``agenerate``, stanza): the store's own ``llm_workers``, never the event
+    loop's shared default executor.
+    """
+
+    def __init__(
+        self,
+        owner: Owner,
+        url: URL,
+        *,
+        durability: Durability,
+        lock_timeout: float,
+        read_only: bool,
+        schema: str | None,
+        llm_workers: int,
+        pool_size: int,
+    ) -> None:
+        if llm_workers < 1 or pool_size < 1:
             raise ValueError("llm_workers and async_pool_size must be at least 1")
+        self._owner = owner
+        self._url = url
+        self._settings = (durability, lock_timeout, read_only, schema)
         self.llm_workers = llm_workers
-        self.async_pool_size = async_pool_size
+        self.pool_size = pool_size
         self._async: AsyncConnections | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
 
-    async def __aenter__(self) -> Store:
-        return cast("Store", self)
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.aclose()
-
-    def close_async(self) -> None:
+    def close(self) -> None:
         """Stop the LLM threads and drop the async pool (from :meth:`Store.close`)."""
         self._stop_executor()
         connections, self._async = self._async, None
         if connections is not None:
             _drop_async(connections)
 
-    async def aclose(self) -> None:
-        """Close both pools' connections from async code; the store cannot be used
-        afterwards."""
+    def detach(self) -> AsyncConnections | None:
+        """Take the async pool away, for the caller to close it from async code."""
         connections, self._async = self._async, None
-        cast("Store", self).close()
-        if connections is not None:
-            await connections.aclose()
+        return connections
 
-    async def async_connections(self) -> AsyncConnections:
+    async def connections(self) -> AsyncConnections:
         """The async pool of the running event loop, made on first use. A store used
         from a new event loop (``asyncio.run`` again) closes the old loop's pool and makes
         another: async connections belong to one loop."""
-        if self.closed:
+        if self._owner.closed:
             raise StoreError("this store is closed")
         connections = self._async
         if connections is not None and connections.loop is asyncio.get_running_loop():
             return connections
+        durability, lock_timeout, read_only, schema = self._settings
         self._async = AsyncConnections(
             create_async_store_engine(
-                self.url,
-                durability=self.durability,
-                lock_timeout=self.lock_timeout,
-                read_only=self.read_only,
-                schema=self.schema,
-                pool_size=self.async_pool_size,
+                self._url,
+                durability=durability,
+                lock_timeout=lock_timeout,
+                read_only=read_only,
+                schema=schema,
+                pool_size=self.pool_size,
             ),
-            cast("Store", self).unavailable,
+            self._owner.unavailable,
         )
         if connections is not None:
             try:
@@ -142,23 +140,13 @@ class AsyncStore:
                 logger.debug("dropped the async pool of a former event loop", exc_info=True)
         return self._async
 
-    async def awrite(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
-        """:meth:`Store.write`, awaited on the async pool (:func:`async_unit_of_work.write`)."""
-        store = cast("Store", self)
-        store.check_writable()
-        return await async_unit_of_work.write(store, work, lock)
-
-    async def aread(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
-        """:meth:`Store.read`, awaited on the async pool (:func:`async_unit_of_work.read`)."""
-        return await async_unit_of_work.read(cast("Store", self), work, snapshot=snapshot)
-
     @property
     def llm_executor(self) -> ThreadPoolExecutor:
         """The store's threads for synchronous extraction called from async code."""
         executor = self._executor
         if executor is None:
             with self._executor_lock:
-                if self.closed:
+                if self._owner.closed:
                     raise StoreError("this store is closed")
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(

@@ -27,7 +27,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from ..errors import SchemaNotCurrentError
-from .engine import SQLITE_BUSY_TIMEOUT_MS, Store
+from .engine import Store
+from .settings import SQLITE_BUSY_TIMEOUT_MS
 from .survey import (
     Survey,
     hidden_schema_error,

@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
@@ -33,12 +33,10 @@ from .driver import (
     is_read_only_refusal,
 )
 
-if TYPE_CHECKING:
-    from .engine import Store
-
 logger = logging.getLogger("zerda_store.unit_of_work")
 
 T = TypeVar("T")
+S = TypeVar("S")
 WRITE_ATTEMPTS = 4
 # Postgres SQLSTATEs after which the whole transaction was rolled back and may be run again.
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}
@@ -109,7 +107,7 @@ def retryable_read(error: DBAPIError) -> bool:
     return error.connection_invalidated
 
 
-def write(store: Store, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
+def write(store: Database, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
     """Run ``work`` in one write transaction, again from scratch after a deadlock, a
     serialization failure or a connection lost before the commit. A connection lost during
     the COMMIT itself is not retried: the server may have committed."""
@@ -121,7 +119,7 @@ def write(store: Store, work: Callable[[Transaction], T], lock: SessionLock | No
     )
 
 
-def read(store: Store, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+def read(store: Database, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
     """Run ``work``, reads only. Without ``snapshot`` there is no transaction around it (a
     single statement sees one snapshot by itself; on Postgres this saves BEGIN and COMMIT);
     with it, every statement sees the same snapshot. Run again on a fresh connection if the
@@ -132,7 +130,7 @@ def read(store: Store, work: Callable[[Transaction], T], *, snapshot: bool = Fal
 
 
 def locked(
-    store: Store, work: Callable[[Transaction], T], lock: SessionLock | None
+    store: Database, work: Callable[[Transaction], T], lock: SessionLock | None
 ) -> Callable[[Transaction], T]:
     """``work`` preceded, on Postgres, by taking its session's advisory lock."""
     if lock is None or store.dialect != "postgresql":
@@ -149,7 +147,7 @@ def locked(
 
 
 def failure(
-    store: Store, error: Exception, number: int, retryable: Callable[[DBAPIError], bool]
+    store: Database, error: Exception, number: int, retryable: Callable[[DBAPIError], bool]
 ) -> BaseException | None:
     """What a failed attempt number ``number`` raises (zerda_store's error for a lost
     commit, a lock timeout or a refused write, else the driver's), or None when it runs again. Shared by
@@ -185,7 +183,7 @@ def backoff(number: int) -> float:
 
 
 def _with_retries(
-    store: Store, attempt: Callable[[], T], retryable: Callable[[DBAPIError], bool]
+    store: Database, attempt: Callable[[], T], retryable: Callable[[DBAPIError], bool]
 ) -> T:
     for number in range(1, WRITE_ATTEMPTS + 1):
         try:
@@ -229,6 +227,23 @@ class Connections(Protocol):
     def give_back(self, connection: Any, *, reusable: bool) -> None: ...
 
     def drop_connections(self) -> None: ...
+
+
+class Database(Connections, Protocol):
+    """What a unit of work needs of the store (:class:`engine.Store` is one): its pool,
+    its compiled statements, and how its errors are told without a secret."""
+
+    @property
+    def safe_url(self) -> str: ...
+
+    @property
+    def location(self) -> str: ...
+
+    def describe(self, exc: BaseException) -> str: ...
+
+    def lock_timeout_error(self, exc: BaseException) -> BaseException: ...
+
+    def statements(self, factory: Callable[[Dialect], S]) -> S: ...
 
 
 def attempt(

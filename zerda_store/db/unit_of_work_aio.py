@@ -30,7 +30,7 @@ import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
@@ -38,10 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from . import unit_of_work
-from .unit_of_work import SessionLock, Transaction
-
-if TYPE_CHECKING:
-    from .engine import Store
+from .unit_of_work import Database, SessionLock, Transaction
 
 T = TypeVar("T")
 
@@ -98,6 +95,13 @@ class AsyncConnections:
         self.engine.dispose(close=False)
 
 
+class AsyncDatabase(Database, Protocol):
+    """What an awaited unit of work needs of the store: a sync unit of work's needs, and
+    the async pool of the running event loop."""
+
+    async def async_connections(self) -> AsyncConnections: ...
+
+
 class _Cancelled(Exception):
     """Raised in the SQLite writer at the next statement of a write whose caller was
     cancelled: the attempt rolls back and gives its connection back."""
@@ -128,7 +132,7 @@ class _CancellableTransaction(Transaction):
 
 
 async def _on_writer(
-    store: Store, writer: ThreadPoolExecutor, work: Callable[[Transaction], T]
+    store: Database, writer: ThreadPoolExecutor, work: Callable[[Transaction], T]
 ) -> T:
     """One SQLite write transaction, whole, on the store's writer thread."""
     cancelled = threading.Event()
@@ -150,7 +154,7 @@ async def _on_writer(
 
 
 async def write(
-    store: Store, work: Callable[[Transaction], T], lock: SessionLock | None = None
+    store: AsyncDatabase, work: Callable[[Transaction], T], lock: SessionLock | None = None
 ) -> T:
     """:func:`unit_of_work.write`, awaited: one write transaction, run again from scratch
     after a deadlock, a serialization failure or a connection lost before the commit."""
@@ -165,7 +169,9 @@ async def write(
     return await _with_retries(store, attempt, unit_of_work.retryable_write)
 
 
-async def read(store: Store, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+async def read(
+    store: AsyncDatabase, work: Callable[[Transaction], T], *, snapshot: bool = False
+) -> T:
     """:func:`unit_of_work.read`, awaited."""
     connections = await store.async_connections()
     return await _with_retries(
@@ -186,7 +192,7 @@ def _spawn(
 
 
 async def _with_retries(
-    store: Store,
+    store: Database,
     attempt: Callable[[], Awaitable[T]],
     retryable: Callable[[DBAPIError], bool],
 ) -> T:

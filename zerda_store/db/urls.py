@@ -15,12 +15,18 @@ only (``?host=h1,h2&port=5432,5433``), so :func:`parse_url` moves it there, and
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import quote, quote_plus
 
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from ..errors import StoreError
 
 MASK = "***"
+DEFAULT_DATABASE_URL = "sqlite:///zerda_store.db"
+DATABASE_URL_ENV = "ZERDA_STORE_DATABASE_URL"
 
 # A query key whose value is a secret: password, sslpassword, and the like.
 _SECRET_KEY = re.compile(r"pass|pwd|secret|token|credential", re.IGNORECASE)
@@ -166,3 +172,35 @@ def scrub(text: str, url: URL) -> str:
 
 def _values(value: str | tuple[str, ...]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
+
+
+def resolve_url(database_url: str | URL | None = None) -> URL:
+    """The URL to use: the argument, else ``ZERDA_STORE_DATABASE_URL``, else the SQLite file.
+
+    ``postgresql://`` and ``postgres://`` URLs are mapped to the psycopg 3 driver. A password
+    may hold unencoded ``@`` signs, or come as ``?password=`` (it then becomes the URL's
+    password, which is never shown).
+    """
+    raw = database_url or os.environ.get(DATABASE_URL_ENV) or DEFAULT_DATABASE_URL
+    if isinstance(raw, str) and raw.startswith("postgres://"):
+        raw = "postgresql://" + raw[len("postgres://") :]
+    try:
+        url = parse_url(raw) if isinstance(raw, str) else raw
+        url.port  # noqa: B018  (a port that is not a number is found here, not later)
+    except (ArgumentError, ValueError):
+        raise StoreError(
+            "could not parse the database URL; expected e.g. sqlite:///file.db "
+            "or postgresql://user@host/dbname"
+        ) from None
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    if url.get_backend_name() == "postgresql":
+        url = with_password_from_query(url)
+    return url
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of a driver error (SQLAlchemy's wrapper adds the statement and a
+    link), as it came, secrets and all: pass it through :func:`scrub` before showing it."""
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return detail[0] if detail else type(exc).__name__

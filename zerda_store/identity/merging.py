@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..db.unit_of_work import Transaction
-from ..errors import StoreError
+from ..errors import MergeError
 from ..model.names import UNKNOWN_TYPE
 from .statements import CONTEXT_COLUMNS, ENTITY_COLUMNS, IdentityStatements
 
@@ -27,10 +27,6 @@ MANUAL = "manual"
 KEY_RULES_REASON = "key rules"
 # Fields of the kept entity that a merge may change, and an unmerge puts back.
 _KEPT_FIELDS = ("name", "entity_type", "first_seen", "last_seen", "first_turn_id", "first_position")
-
-
-class MergeError(StoreError, ValueError):
-    """A merge or unmerge that cannot be done as asked; nothing was changed."""
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ from typing import Any
 
 from ..db.engine import Store
 from ..db.unit_of_work import SessionLock, Transaction
+from ..errors import MergeError
 from ..model.names import KeyRules
-from .merging import MANUAL, MergeError, MergeReceipt, merge, unmerge
+from .merging import MANUAL, MergeReceipt, merge, unmerge
 from .rules import identify
 from .statements import IdentityStatements
 

@@ -7,15 +7,11 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..db.unit_of_work import Transaction
-from ..errors import StoreError
+from ..errors import KeyRulesMismatchError
 from ..model.names import EXACT, KEY_RULES, KeyRules
 from ..model.records import Mention
 from .rules import Candidate, Identity, resolve
 from .statements import IdentityStatements
-
-
-class KeyRulesMismatchError(StoreError, ValueError):
-    """The session was keyed with other key rules than this memory's."""
 
 
 class Target(NamedTuple):

@@ -8,13 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, entity_aliases, entity_merges, session_key_rules
-from ..turns.queries import param, session_param
+from ..db.sql import Statements, dialect_insert, param, session_param
 
 
 def _in_list(column: Any, dialect: Dialect) -> Any:
@@ -60,10 +58,6 @@ def _candidates(dialect: Dialect) -> Any:
     )
 
 
-def _dialect_insert(dialect: Dialect) -> Any:
-    return postgresql.insert if dialect.name == "postgresql" else sqlite.insert
-
-
 ALIAS_COLUMNS = (
     "session_id", "entity_id", "alias_key", "core_key", "alias", "source", "created_at",
 )  # fmt: skip
@@ -75,14 +69,13 @@ def _values(table: sa.Table, columns: tuple[str, ...]) -> dict[str, Any]:
     return {name: sa.bindparam(name, type_=table.c[name].type) for name in columns}
 
 
-class IdentityStatements:
+class IdentityStatements(Statements):
     """The statements of aliases, merges and key rules for one dialect: one per store."""
 
     def __init__(self, dialect: Dialect) -> None:
-        insert = _dialect_insert(dialect)
-
-        def compiled(statement: Any) -> CompiledStatement:
-            return compile_statement(statement, dialect)
+        super().__init__(dialect)
+        insert = dialect_insert(dialect.name)
+        compiled = self.compiled
 
         in_session = entity_aliases.c.session_id == session_param()
         self.candidates = compiled(_candidates(dialect))

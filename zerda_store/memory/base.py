@@ -1,13 +1,46 @@
-"""Small pieces the sync calls of :mod:`memory` and their async twins
-(:mod:`async_memory`) share."""
+"""What the memory's sync calls (:mod:`conversation`), their awaitable twins
+(:mod:`conversation_aio`) and its identity calls (:mod:`identity`) stand on: the
+:class:`MemoryCore` holding the constructor, the parts it builds (repositories, policies,
+views) and the private steps every call shares. It imports none of the classes built on it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
 
-from ..db.validation import MAX_IDEMPOTENCY_KEY_LENGTH, checked_identifier
-from ..extraction import ExtractionResult
-from ..model.records import EntityRecord, Outcome
+from sqlalchemy.engine import URL
+
+from ..db import migrate
+from ..db.engine import Store
+from ..db.validation import (
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    checked_identifier,
+    checked_session_id,
+    checked_text,
+    mapping_text,
+)
+from ..extraction import (
+    DEFAULT_EXTRACTION_PROMPT,
+    ExtractionResult,
+    ExtractionService,
+    Extractor,
+    LLMExtractor,
+    StanzaExtractor,
+)
+from ..identity.repository import IdentityRepository
+from ..identity.rules import identify
+from ..model.names import UNKNOWN_TYPE, KeyRules, key_rules_for
+from ..model.records import EntityRecord, Mention, NewTurn, Outcome, SessionStats, turn_text
+from ..retention.policies import Policies, PolicyCache
+from ..retention.policy import Visibility
+from ..retention.pruning import Pruner
+from ..turns.erasure import Erasure
+from ..turns.ledger import Ledger
+from ..turns.repository import Repository
+from .views import ChatMemoryView, Entity, EntityStoreView
 
 # Snippets recalled per entity.
 RECALL_LIMIT = 3
@@ -40,3 +73,250 @@ def entity_info(
         "recent_contexts": recent,
         "aliases": aliases,
     }
+
+
+DEFAULT_TEMPLATES = {"ar": "معلومات سابقة عن {name}:"}
+ENGLISH_TEMPLATE = "Previous information about {name}:"
+
+
+def default_entity_info_template(lang: str) -> str:
+    """The header of one recalled entity's block for a language."""
+    return DEFAULT_TEMPLATES.get(lang, ENGLISH_TEMPLATE)
+
+
+@dataclass(frozen=True)
+class MemoryParts:
+    """What a memory runs on: its store and the repositories and policies over it. Built
+    from the store (:meth:`on`) unless given, as a test gives fakes of them."""
+
+    store: Store
+    repository: Repository
+    identity: IdentityRepository
+    erasure: Erasure
+    ledger: Ledger
+    policies: Policies
+    policy: PolicyCache
+
+    @classmethod
+    def on(
+        cls,
+        store: Store,
+        key_rules: KeyRules,
+        session_id: str,
+        *,
+        auto_migrate: bool | None = None,
+        close_on_failure: bool = False,
+    ) -> MemoryParts:
+        """The parts of a memory of ``session_id`` on ``store``, its schema checked (or
+        brought to the head revision, see :func:`migrate.ensure_schema`) first."""
+        try:
+            migrate.ensure_schema(store, auto_migrate)
+        except BaseException:
+            if close_on_failure:
+                store.close()
+            raise
+        repository = Repository(store, key_rules)
+        policies = Policies(store)
+        return cls(
+            store,
+            repository,
+            IdentityRepository(store, key_rules),
+            Erasure(store),
+            Ledger(store, repository.resolver),
+            policies,
+            PolicyCache(policies, session_id),
+        )
+
+
+class MemoryCore:
+    """The constructor and the private steps of :class:`ConversationEntityMemory`; the
+    classes of its public calls stand on it."""
+
+    def __init__(
+        self,
+        llm: Any = None,
+        memory_key: str = "entity_info",
+        input_key: str = "input",
+        output_key: str = "output",
+        lang: str = "en",
+        entity_extraction_prompt: str | None = None,
+        *,
+        database_url: str | URL | None = None,
+        session_id: str = "default",
+        store: Store | None = None,
+        normalize_names: bool = True,
+        merge_lowercase_words: bool = False,
+        entity_info_template: str | None = None,
+        extractor: Extractor | None = None,
+        auto_migrate: bool | None = None,
+        clock: Callable[[], float] = time.time,
+        parts: MemoryParts | None = None,
+    ) -> None:
+        if store is not None and database_url is not None:
+            raise ValueError("pass either database_url or store, not both")
+        self.session_id = checked_session_id(session_id)
+        self.llm = llm
+        self.memory_key = memory_key
+        self.input_key = input_key
+        self.output_key = output_key
+        self.lang = lang
+        self.entity_extraction_prompt = entity_extraction_prompt or DEFAULT_EXTRACTION_PROMPT
+        self.normalize_names = normalize_names
+        self.key_rules = key_rules_for(
+            normalize_names=normalize_names, merge_lowercase_words=merge_lowercase_words
+        )
+        self.entity_info_template = entity_info_template or default_entity_info_template(lang)
+        self._extractor = extractor
+        self._clock = clock
+        self._extraction = ExtractionService(extractor)
+        if parts is None:
+            self._owns_store = store is None
+            parts = MemoryParts.on(
+                store if store is not None else Store(database_url),
+                self.key_rules,
+                self.session_id,
+                auto_migrate=auto_migrate,
+                close_on_failure=self._owns_store,
+            )
+        else:
+            self._owns_store = False
+        self.store = parts.store
+        self._repository = parts.repository
+        self._identity = parts.identity
+        self._erasure = parts.erasure
+        self._ledger = parts.ledger
+        self._policies = parts.policies
+        self._policy = parts.policy
+        self._policy.get()  # the store's policy cache, read now rather than inside a call
+        self.entity_store: Mapping[str, Entity] = EntityStoreView(
+            self._repository, self.session_id, self._now, self._visible, self._named
+        )
+        self.chat_memory: Sequence[dict[str, Any]] = ChatMemoryView(
+            self._repository, self.session_id, self._visible
+        )
+
+    def __repr__(self) -> str:
+        return f"ConversationEntityMemory(session_id={self.session_id!r}, store={self.store!r})"
+
+    def _now(self) -> float:
+        """Seconds since the epoch (by the memory's clock), as ``first_seen`` and
+        ``last_seen`` record them."""
+        return self._clock()
+
+    def _visible(self) -> Visibility | None:
+        """What reads may show now under the session's policy; None without one (reads
+        are then the plain ones). The policy is cached (``POLICY_CACHE_SECONDS``)."""
+        policy = self._policy.get()
+        if policy is None:
+            return None
+        return self._policies.visibility(self.session_id, policy, self._now())
+
+    def _expire_if_idle(self) -> None:
+        """Before a save: a session idle past its ``session_idle`` is pruned first, so the
+        new turn does not bring what expired back into view."""
+        policy = self._policy.get()
+        if policy is None or policy.general.session_idle is None:
+            return
+        if self._policies.visibility(self.session_id, policy, self._now()).idle_expired:
+            self._pruner().prune(self.session_id)
+
+    def _pruner(self) -> Pruner:
+        return Pruner(self.store, now=self._now)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the database connections (of a store this memory opened). Data stays."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- extraction -----------------------------------------------------------------------
+
+    def _current_extractor(self) -> Extractor:
+        if self._extractor is not None:
+            return self._extractor
+        if self.llm:
+            return LLMExtractor(self.llm, self.entity_extraction_prompt)
+        return StanzaExtractor.shared(self.lang)
+
+    def _extract(self, text: str) -> ExtractionResult:
+        return self._extraction.extract(text, self._current_extractor())
+
+    def _extract_entities(self, text: str) -> list[str]:
+        """Entity names in ``text``, as the original returned them; never raises."""
+        return self._extract(text).names
+
+    def _mentions(self, result: ExtractionResult) -> list[Mention]:
+        """One mention per entity, in extraction order: the first form of the name, and
+        the first type known for it."""
+        mentions: dict[str, Mention] = {}
+        for entity in result.entities:
+            first = mentions.get(self.key_rules.key(entity.name))
+            if first and first.entity_type != UNKNOWN_TYPE:
+                continue
+            mention = self._mention(first.name if first else entity.name, entity.entity_type)
+            if mention.key:
+                mentions[mention.key] = mention
+        return list(mentions.values())
+
+    def _mention(self, name: str, entity_type: str = UNKNOWN_TYPE) -> Mention:
+        """``name`` as a mention: its key, core and markers under the memory's rules."""
+        identity = identify(name, self.key_rules)
+        return Mention(name, identity.key, entity_type, identity.core, identity.markers)
+
+    def _texts(self, inputs: object, outputs: object) -> tuple[str, str]:
+        return (
+            mapping_text(inputs, self.input_key, "inputs"),
+            mapping_text(outputs, self.output_key, "outputs"),
+        )
+
+    def _turn(self, inputs: object, outputs: object, idempotency_key: str | None) -> NewTurn:
+        self.store.check_writable()  # before extraction: no model call for a refused write
+        texts = self._texts(inputs, outputs)
+        return self._new_turn(texts, self._extract(turn_text(*texts)), idempotency_key)
+
+    def _new_turn(
+        self, texts: tuple[str, str], result: ExtractionResult, idempotency_key: str | None
+    ) -> NewTurn:
+        input_text, output_text = texts
+        return NewTurn(
+            input_text,
+            output_text,
+            self._mentions(result),
+            self._now(),
+            idempotency_key,
+            outcome(result),
+        )
+
+    def _variables(self, recalled: list[tuple[EntityRecord, list[str]]]) -> dict[str, Any]:
+        blocks = [
+            self.entity_info_template.format(name=entity.name) + "\n" + "\n".join(snippets)
+            for entity, snippets in recalled
+            if snippets
+        ]
+        return {self.memory_key: "\n\n".join(blocks)}
+
+    def _stats(self, stats: SessionStats) -> dict[str, Any]:
+        return {
+            "type": "ConversationEntityMemory",
+            "entity_count": stats.entity_count,
+            "message_count": stats.message_count,
+            "total_contexts": stats.total_contexts,
+            "extraction_errors": self._extraction.error_count,
+            "last_extraction_error": self._extraction.last_error,
+        }
+
+    def _key(self, name: str) -> str:
+        return self.key_rules.key(checked_text(name, "entity name"))
+
+    def _named(self, name: str) -> Mention:
+        return self._mention(checked_text(name, "entity name"))
+
+    def _find(self, name: str) -> EntityRecord | None:
+        return self._repository.find_entity(self.session_id, self._named(name), self._visible())

@@ -6,15 +6,11 @@ repository call. No SQL lives here.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.engine import URL
-
-from ..db import migrate
 from ..db.engine import Store
 from ..db.schema import ANY_SCOPE
 from ..db.validation import (
@@ -22,114 +18,30 @@ from ..db.validation import (
     checked_text,
     mapping_text,
 )
-from ..extraction import (
-    DEFAULT_EXTRACTION_PROMPT,
-    ExtractionResult,
-    ExtractionService,
-    Extractor,
-    LLMExtractor,
-    StanzaExtractor,
-)
-from ..identity.repository import IdentityRepository
-from ..identity.resolution import KeyRulesMismatchError
-from ..identity.rules import identify
-from ..model.names import EXACT, FOLD_V2, FOLD_V2_CASELESS, UNKNOWN_TYPE, key_rules_for
+from ..errors import KeyRulesMismatchError
+from ..model.names import EXACT, FOLD_V2, FOLD_V2_CASELESS
 from ..model.records import (
-    EntityRecord,
     ForgetReceipt,
-    Mention,
-    NewTurn,
-    SessionStats,
-    turn_text,
 )
-from ..retention.cache import PolicyCache
-from ..retention.policies import Policies, Visibility, describe, make_rule
-from ..retention.pruning import Pruner
-from ..turns.erasure import Erasure
-from ..turns.ledger import Ledger
+from ..retention.policy import describe, make_rule
 from ..turns.repository import Repository
 from .base import RECALL_LIMIT, checked_key, entity_info, outcome
-from .conversation_aio import AsyncMemory
+from .conversation_aio import AsyncMethods
 from .identity import IdentityMethods
-from .views import ChatMemoryView, Entity, EntityStoreView
-
-DEFAULT_TEMPLATES = {"ar": "معلومات سابقة عن {name}:"}
-ENGLISH_TEMPLATE = "Previous information about {name}:"
 
 
-def default_entity_info_template(lang: str) -> str:
-    """The header of one recalled entity's block for a language."""
-    return DEFAULT_TEMPLATES.get(lang, ENGLISH_TEMPLATE)
-
-
-class ConversationEntityMemory(IdentityMethods, AsyncMemory):
+class ConversationEntityMemory(IdentityMethods, AsyncMethods):
     """Entity memory for a chat assistant, kept in SQLite or Postgres.
 
     The original's constructor arguments come first, in the same order; the keyword-only
     ones choose the database (``database_url`` or a shared ``store``), the conversation
     (``session_id``) and the deliberate differences from the original. Every call has an
-    awaitable twin (``asave_context``, ``aload_memory_variables``, ...: :class:`AsyncMemory`).
+    awaitable twin (``asave_context``, ``aload_memory_variables``, ...: :class:`AsyncMethods`).
+    ``clock`` (seconds since the epoch; ``time.time`` by default) dates what is saved and
+    decides what a retention policy has expired; ``parts`` (:class:`MemoryParts`) are the
+    store and repositories to run on instead of those built from the store, as a unit test
+    passes fakes. The constructor is :class:`MemoryCore`'s.
     """
-
-    def __init__(
-        self,
-        llm: Any = None,
-        memory_key: str = "entity_info",
-        input_key: str = "input",
-        output_key: str = "output",
-        lang: str = "en",
-        entity_extraction_prompt: str | None = None,
-        *,
-        database_url: str | URL | None = None,
-        session_id: str = "default",
-        store: Store | None = None,
-        normalize_names: bool = True,
-        merge_lowercase_words: bool = False,
-        entity_info_template: str | None = None,
-        extractor: Extractor | None = None,
-        auto_migrate: bool | None = None,
-    ) -> None:
-        if store is not None and database_url is not None:
-            raise ValueError("pass either database_url or store, not both")
-        self.session_id = checked_session_id(session_id)
-        self.llm = llm
-        self.memory_key = memory_key
-        self.input_key = input_key
-        self.output_key = output_key
-        self.lang = lang
-        self.entity_extraction_prompt = entity_extraction_prompt or DEFAULT_EXTRACTION_PROMPT
-        self.normalize_names = normalize_names
-        self.key_rules = key_rules_for(
-            normalize_names=normalize_names, merge_lowercase_words=merge_lowercase_words
-        )
-        self.entity_info_template = entity_info_template or default_entity_info_template(lang)
-        self._extractor = extractor
-        self._extraction = ExtractionService(extractor)
-        self._owns_store = store is None
-        self.store = store if store is not None else Store(database_url)
-        try:
-            migrate.ensure_schema(self.store, auto_migrate)
-        except BaseException:
-            if self._owns_store:
-                self.store.close()
-            raise
-        self._repository = Repository(self.store, self.key_rules)
-        self._identity = IdentityRepository(self.store, self.key_rules)
-        self._erasure = Erasure(self.store)
-        self._ledger = Ledger(self.store, self._repository.resolver)
-        self._policies = Policies(self.store)
-        self._policy = PolicyCache(self._policies, self.session_id)
-        self._policy.get()  # the store's policy cache, read now rather than inside a call
-        self.entity_store: Mapping[str, Entity] = EntityStoreView(self)
-        self.chat_memory: Sequence[dict[str, Any]] = ChatMemoryView(self)
-
-    def __repr__(self) -> str:
-        return f"ConversationEntityMemory(session_id={self.session_id!r}, store={self.store!r})"
-
-    @staticmethod
-    def _now() -> float:
-        """Seconds since the epoch, as ``first_seen``/``last_seen`` record them."""
-        return time.time()
 
     @classmethod
     def for_session(cls, store: Store, session_id: str, **options: Any) -> ConversationEntityMemory:
@@ -151,26 +63,6 @@ class ConversationEntityMemory(IdentityMethods, AsyncMemory):
         )
 
     # -- retention ------------------------------------------------------------------------
-
-    def _visible(self) -> Visibility | None:
-        """What reads may show now under the session's policy; None without one (reads
-        are then the plain ones). The policy is cached (``POLICY_CACHE_SECONDS``)."""
-        policy = self._policy.get()
-        if policy is None:
-            return None
-        return self._policies.visibility(self.session_id, policy, self._now())
-
-    def _expire_if_idle(self) -> None:
-        """Before a save: a session idle past its ``session_idle`` is pruned first, so the
-        new turn does not bring what expired back into view."""
-        policy = self._policy.get()
-        if policy is None or policy.general.session_idle is None:
-            return
-        if self._policies.visibility(self.session_id, policy, self._now()).idle_expired:
-            self._pruner().prune(self.session_id)
-
-    def _pruner(self) -> Pruner:
-        return Pruner(self.store, now=self._now)
 
     def set_retention(
         self,
@@ -210,78 +102,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMemory):
         after an interruption: it finishes the job."""
         return self._pruner().prune(self.session_id, dry_run=dry_run).as_dict()
 
-    # -- lifecycle ------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Release the database connections (of a store this memory opened). Data stays."""
-        if self._owns_store:
-            self.store.close()
-
-    def __enter__(self) -> ConversationEntityMemory:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    # -- extraction -----------------------------------------------------------------------
-
-    def _current_extractor(self) -> Extractor:
-        if self._extractor is not None:
-            return self._extractor
-        if self.llm:
-            return LLMExtractor(self.llm, self.entity_extraction_prompt)
-        return StanzaExtractor.shared(self.lang)
-
-    def _extract(self, text: str) -> ExtractionResult:
-        return self._extraction.extract(text, self._current_extractor())
-
-    def _extract_entities(self, text: str) -> list[str]:
-        """Entity names in ``text``, as the original returned them; never raises."""
-        return self._extract(text).names
-
-    def _mentions(self, result: ExtractionResult) -> list[Mention]:
-        """One mention per entity, in extraction order: the first form of the name, and
-        the first type known for it."""
-        mentions: dict[str, Mention] = {}
-        for entity in result.entities:
-            first = mentions.get(self.key_rules.key(entity.name))
-            if first and first.entity_type != UNKNOWN_TYPE:
-                continue
-            mention = self._mention(first.name if first else entity.name, entity.entity_type)
-            if mention.key:
-                mentions[mention.key] = mention
-        return list(mentions.values())
-
-    def _mention(self, name: str, entity_type: str = UNKNOWN_TYPE) -> Mention:
-        """``name`` as a mention: its key, core and markers under the memory's rules."""
-        identity = identify(name, self.key_rules)
-        return Mention(name, identity.key, entity_type, identity.core, identity.markers)
-
     # -- the original API ---------------------------------------------------------------
-
-    def _texts(self, inputs: object, outputs: object) -> tuple[str, str]:
-        return (
-            mapping_text(inputs, self.input_key, "inputs"),
-            mapping_text(outputs, self.output_key, "outputs"),
-        )
-
-    def _turn(self, inputs: object, outputs: object, idempotency_key: str | None) -> NewTurn:
-        self.store.check_writable()  # before extraction: no model call for a refused write
-        texts = self._texts(inputs, outputs)
-        return self._new_turn(texts, self._extract(turn_text(*texts)), idempotency_key)
-
-    def _new_turn(
-        self, texts: tuple[str, str], result: ExtractionResult, idempotency_key: str | None
-    ) -> NewTurn:
-        input_text, output_text = texts
-        return NewTurn(
-            input_text,
-            output_text,
-            self._mentions(result),
-            self._now(),
-            idempotency_key,
-            outcome(result),
-        )
 
     def save_context(
         self,
@@ -317,39 +138,12 @@ class ConversationEntityMemory(IdentityMethods, AsyncMemory):
         recalled = self._repository.recall(self.session_id, mentions, RECALL_LIMIT, self._visible())
         return self._variables(recalled)
 
-    def _variables(self, recalled: list[tuple[EntityRecord, list[str]]]) -> dict[str, Any]:
-        blocks = [
-            self.entity_info_template.format(name=entity.name) + "\n" + "\n".join(snippets)
-            for entity, snippets in recalled
-            if snippets
-        ]
-        return {self.memory_key: "\n\n".join(blocks)}
-
     def clear(self) -> None:
         """Delete this session's turns, entities and snippets (other sessions are untouched)."""
         self._erasure.clear(self.session_id)
 
     def get_memory_stats(self) -> dict[str, Any]:
         return self._stats(self._repository.stats(self.session_id, self._visible()))
-
-    def _stats(self, stats: SessionStats) -> dict[str, Any]:
-        return {
-            "type": "ConversationEntityMemory",
-            "entity_count": stats.entity_count,
-            "message_count": stats.message_count,
-            "total_contexts": stats.total_contexts,
-            "extraction_errors": self._extraction.error_count,
-            "last_extraction_error": self._extraction.last_error,
-        }
-
-    def _key(self, name: str) -> str:
-        return self.key_rules.key(checked_text(name, "entity name"))
-
-    def _named(self, name: str) -> Mention:
-        return self._mention(checked_text(name, "entity name"))
-
-    def _find(self, name: str) -> EntityRecord | None:
-        return self._repository.find_entity(self.session_id, self._named(name), self._visible())
 
     def get_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """What is known about one entity (found by its name or an alias), or None if it is

@@ -4,15 +4,12 @@ sequence, and one entity. Each reads the database when asked, never all of it at
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from ..db.validation import checked_text
-from ..model.records import EntityRecord, TurnRecord
-from ..retention.policies import Visibility
+from ..model.records import EntityRecord, Mention, TurnRecord
+from ..retention.policy import Visibility
 from ..turns.repository import Repository
-
-if TYPE_CHECKING:
-    from .conversation import ConversationEntityMemory
 
 
 class Entity:
@@ -61,29 +58,41 @@ class Entity:
 
 
 class EntityStoreView(Mapping[str, Entity]):
-    """A read-only mapping of the session's entities, read from the database on demand."""
+    """A read-only mapping of the session's entities, read from the database on demand.
 
-    def __init__(self, memory: ConversationEntityMemory) -> None:
-        self._memory = memory
+    It is given the parts it reads with: the repository, the session, the clock, what the
+    retention policy lets reads show now, and how a name becomes a mention."""
+
+    def __init__(
+        self,
+        repository: Repository,
+        session_id: str,
+        now: Callable[[], float],
+        visible: Callable[[], Visibility | None],
+        mention: Callable[[str], Mention],
+    ) -> None:
+        self._repository = repository
+        self._session_id = session_id
+        self._now = now
+        self._visible = visible
+        self._mention = mention
 
     def __getitem__(self, name: str) -> Entity:
         try:
-            record = self._memory._find(name)
+            mention = self._mention(name)
+            record = self._repository.find_entity(self._session_id, mention, self._visible())
         except (TypeError, ValueError):  # not a name that could have been stored
             record = None
         if record is None:
             raise KeyError(name)
-        memory = self._memory
-        return Entity(memory._repository, memory.session_id, record, memory._now, memory._visible)
+        return Entity(self._repository, self._session_id, record, self._now, self._visible)
 
     def __iter__(self) -> Iterator[str]:
-        memory = self._memory
-        records = memory._repository.iter_entities(memory.session_id, memory._visible())
+        records = self._repository.iter_entities(self._session_id, self._visible())
         return (record.name for record in records)
 
     def __len__(self) -> int:
-        memory = self._memory
-        return memory._repository.count_entities(memory.session_id, memory._visible())
+        return self._repository.count_entities(self._session_id, self._visible())
 
 
 def _turn_dict(turn: TurnRecord) -> dict[str, Any]:
@@ -94,12 +103,18 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
     """A read-only sequence of the session's turns as ``{"input", "output", "entities"}``.
     Slices (any step), ``reversed`` and ``index`` read the turns a page at a time."""
 
-    def __init__(self, memory: ConversationEntityMemory) -> None:
-        self._memory = memory
+    def __init__(
+        self,
+        repository: Repository,
+        session_id: str,
+        visible: Callable[[], Visibility | None],
+    ) -> None:
+        self._repository = repository
+        self._session_id = session_id
+        self._visible = visible
 
     def __len__(self) -> int:
-        memory = self._memory
-        return memory._repository.count_turns(memory.session_id, memory._visible())
+        return self._repository.count_turns(self._session_id, self._visible())
 
     @overload
     def __getitem__(self, index: int) -> dict[str, Any]: ...
@@ -108,8 +123,8 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
     def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
 
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        repository, session_id = self._memory._repository, self._memory.session_id
-        visible = self._memory._visible()
+        repository, session_id = self._repository, self._session_id
+        visible = self._visible()
         if isinstance(index, slice):
             return [_turn_dict(t) for t in repository.turns_slice(session_id, index, visible)]
         if index < 0:  # counted from the newest turn: no need to count them all first
@@ -123,15 +138,13 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
         return _turn_dict(page[0])
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        memory = self._memory
-        turns = memory._repository.iter_turns(memory.session_id, visible=memory._visible())
+        turns = self._repository.iter_turns(self._session_id, visible=self._visible())
         return (_turn_dict(t) for t in turns)
 
     def __reversed__(self) -> Iterator[dict[str, Any]]:
         """The turns from the newest back, a page at a time (not a query per turn)."""
-        memory = self._memory
-        turns = memory._repository.iter_turns(
-            memory.session_id, newest_first=True, visible=memory._visible()
+        turns = self._repository.iter_turns(
+            self._session_id, newest_first=True, visible=self._visible()
         )
         return (_turn_dict(t) for t in turns)
 
@@ -139,12 +152,11 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
         """The position of the first turn equal to ``value`` from ``start`` to ``stop``, as
         ``list.index`` finds it; the turns are read a page at a time."""
         first, last, _ = slice(start, stop).indices(len(self))
-        memory = self._memory
-        turns = memory._repository.iter_turns(
-            memory.session_id,
+        turns = self._repository.iter_turns(
+            self._session_id,
             offset=first,
             count=max(0, last - first),
-            visible=memory._visible(),
+            visible=self._visible(),
         )
         for position, turn in enumerate(turns, first):
             if _turn_dict(turn) == value:

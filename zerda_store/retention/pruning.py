@@ -27,7 +27,8 @@ import sqlalchemy as sa
 from ..db.engine import Store
 from ..db.schema import ANY_SCOPE, contexts, entities, retention_policies, turns
 from ..db.unit_of_work import Transaction
-from .policies import Clock, Policies, Visibility, session_lock
+from .policies import Policies
+from .policy import Clock, Visibility, session_lock
 from .statements import PruneStatements
 
 logger = logging.getLogger("zerda_store.pruning")

@@ -1,11 +1,17 @@
 """The retention sweeper: a background thread a long-running service starts and stops
-explicitly, pruning every session with a policy at an interval (off by default)."""
+explicitly, pruning every session with a policy at an interval (off by default).
+
+It is a feature above the store: :func:`start_sweeper` is handed the store and registers
+the sweeper's stop with :meth:`Store.on_close`, so that the store never imports it."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
+from ..db.engine import Store
 from .pruning import Pruner, PruneReceipt
 
 logger = logging.getLogger("zerda_store.pruning")
@@ -45,3 +51,15 @@ class Sweeper:
                 logger.exception("the retention sweeper's prune failed; trying again later")
             self.rounds += 1
             self._stop.wait(self.interval)
+
+
+def start_sweeper(
+    store: Store, interval: float = 3600.0, *, now: Callable[[], float] = time.time
+) -> Sweeper:
+    """Start a daemon thread that prunes every session of ``store`` with a retention policy
+    every ``interval`` seconds (each round in batches, like ``prune``), until
+    :meth:`Sweeper.stop` or the store's :meth:`~Store.close`. Errors are logged."""
+    sweeper = Sweeper(Pruner(store, now=now), interval)
+    store.on_close(sweeper.stop)
+    sweeper.start()
+    return sweeper

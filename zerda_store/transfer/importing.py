@@ -20,13 +20,13 @@ from sqlalchemy.engine import Dialect
 from ..db.driver import compile_statement
 from ..db.engine import Store
 from ..db.schema import entities, turns
+from ..db.sql import session_param
 from ..db.unit_of_work import SessionLock, Transaction
 from ..errors import SessionNotEmptyError, StoreError
 from ..identity.resolution import check_key_rules
 from ..identity.rules import identify
 from ..identity.statements import IdentityStatements
 from ..model.names import DEFAULT_KEY_RULES, KeyRules
-from ..turns.queries import session_param
 from ..turns.rows import context_row, entity_row, outcome_row, turn_row
 from ..turns.statements import RowsInsert, TurnStatements
 

@@ -16,26 +16,26 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import compile_statement
 from ..db.engine import Store
 from ..db.schema import contexts, entities, entity_aliases, entity_merges, extractions, turns
+from ..db.sql import Statements, param, session_param
 from ..db.unit_of_work import SessionLock, Transaction
 from ..identity.statements import IdentityStatements
 from ..model.names import name_key
 from ..model.records import EntityRecord, ForgetReceipt
-from .queries import Queries, param, session_param
+from .queries import Queries
 from .rows import entity_record
 
 # What an extraction error that named a forgotten entity reads afterwards.
 ERASED_ERROR = "(error text erased: it named a forgotten entity)"
 
 
-class ErasureStatements:
+class ErasureStatements(Statements):
     """The statements of erasure, compiled for one dialect."""
 
     def __init__(self, dialect: Dialect) -> None:
-        def compiled(statement: Any) -> Any:
-            return compile_statement(statement, dialect)
+        super().__init__(dialect)
+        compiled = self.compiled
 
         entity = param("entity_id")
         turns_of_entity = sa.select(contexts.c.turn_id).where(

@@ -10,7 +10,7 @@ from typing import Any
 from ..db.engine import Store
 from ..db.unit_of_work import Transaction
 from ..model.records import TurnRecord
-from ..retention.policies import Visibility
+from ..retention.policy import Visibility
 from .queries import Queries, TurnReads
 from .rows import turn_record
 from .visible import VisibleQueries

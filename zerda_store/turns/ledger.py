@@ -15,11 +15,11 @@ from sqlalchemy.engine import Dialect
 from ..db.driver import compile_statement
 from ..db.engine import Store
 from ..db.schema import extractions, turns
+from ..db.sql import param, session_param
 from ..db.unit_of_work import SessionLock, Transaction
 from ..identity.resolution import Resolver
 from ..model.records import Mention, NewTurn, Outcome, PendingTurn
 from .attachment import Attachment
-from .queries import param, session_param
 from .rows import ledger_values, pending_turn
 from .statements import TurnStatements
 

@@ -10,21 +10,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, turns
+from ..db.sql import Statements, param, session_param
 from .statements import ENTITY_SELECT, NEWEST_FIRST
 
 FIRST_SEEN_ORDER = (entities.c.first_turn_id, entities.c.first_position, entities.c.id)
 TURN_COLUMNS = (turns.c.id, turns.c.input_text, turns.c.output_text, turns.c.entity_names)
-
-
-def param(name: str, type_: Any = sa.Integer) -> Any:
-    """A named, typed parameter (compiled statements take no anonymous ones)."""
-    return sa.bindparam(name, type_=type_)
-
-
-def session_param() -> Any:
-    return param("session_id", sa.String)
 
 
 def count_in_session(table: sa.Table) -> Any:
@@ -61,12 +52,12 @@ class TurnReads:
         )
 
 
-class Queries:
+class Queries(Statements):
     """The statements, compiled for one dialect."""
 
     def __init__(self, dialect: Dialect) -> None:
-        def compiled(statement: Any) -> CompiledStatement:
-            return compile_statement(statement, dialect)
+        super().__init__(dialect)
+        compiled = self.compiled
 
         in_session = entities.c.session_id == session_param()
         of_entity = sa.and_(

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..model.records import EntityRecord, Mention, NewTurn, SessionStats
-from ..retention.policies import Visibility
-from .repository import Repository, recalled
+from ..retention.policy import Visibility
+from .reads import recalled
+from .repository import Repository
 
 
 class AsyncRepository:

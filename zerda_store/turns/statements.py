@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
@@ -22,13 +21,12 @@ from ..db.driver import (
     Runnable,
     compile_columns,
     compile_rows,
-    compile_statement,
     row_placeholders,
     unnested_rows,
 )
 from ..db.schema import contexts, entities, extractions, insert_columns, turns
+from ..db.sql import Statements, dialect_insert
 from ..db.unit_of_work import Transaction
-from ..errors import StoreError
 from ..model.names import UNKNOWN_TYPE
 
 # Rows a multi-row INSERT carries at most (8 columns × 64 stays under every SQLite's limit
@@ -46,14 +44,6 @@ POSTGRES_VALUES_ROWS = 8
 ANY_ROWS = 0
 # What every row of one insert shares: sent once, not as an array.
 SHARED = ("session_id",)
-
-
-def _dialect_insert(dialect: str) -> Any:
-    if dialect == "postgresql":
-        return postgresql.insert
-    if dialect == "sqlite":
-        return sqlite.insert
-    raise StoreError(f"unsupported database {dialect!r}: zerda_store runs on SQLite and Postgres")
 
 
 NEWEST_FIRST = (contexts.c.turn_seq.desc(), contexts.c.id.desc())
@@ -176,7 +166,7 @@ class RowsInsert:
         self.table = table
         self.columns = insert_columns(table)
         self._dialect = dialect
-        self._insert = _dialect_insert(dialect.name)
+        self._insert = dialect_insert(dialect.name)
         self._finish = finish
         # Postgres: many rows as one array per column.
         self._arrays = dialect.name == "postgresql"
@@ -254,11 +244,11 @@ def _insert_turn_once(insert: Any) -> Any:
     ).returning(turns.c.id)
 
 
-class TurnStatements:
+class TurnStatements(Statements):
     """The chat-turn path's statements for one dialect: one per store."""
 
     def __init__(self, dialect: Dialect) -> None:
-        self._dialect = dialect
+        super().__init__(dialect)
         self.turn = RowsInsert(dialect, turns, _insert_turn_once)
         self.turns = RowsInsert(dialect, turns, lambda insert: insert.returning(turns.c.id))
         self.entities = RowsInsert(dialect, entities, _upsert_entities)
@@ -266,14 +256,13 @@ class TurnStatements:
         self.outcomes = RowsInsert(dialect, extractions)
         # Postgres: recall keys as one array.
         self._arrays = dialect.name == "postgresql"
-        self._recall: dict[tuple[int, bool], Runnable] = {}
 
     def _recall_statement(self, count: int, aged: bool) -> Runnable:
-        statement = self._recall.get((count, aged))
-        if statement is None:
+        def build() -> Runnable:
             built = _recall_lateral(aged) if self._arrays else _recall_by_keys(count, aged)
-            statement = self._recall[count, aged] = compile_statement(built, self._dialect)
-        return statement
+            return self.compiled(built)
+
+        return self.per_count((count, aged), build)
 
     def recall_batches(
         self, session_id: str, keys: list[str], limit: int, *, aged: bool = False

@@ -14,48 +14,41 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, turns
-from ..retention.policies import cutoff_case
-from .queries import FIRST_SEEN_ORDER, TurnReads, param, session_param
+from ..db.sql import Statements, param, session_param
+from ..retention.policy import cutoff_case
+from .queries import FIRST_SEEN_ORDER, TurnReads
 from .statements import ENTITY_SELECT, NEWEST_FIRST
 
 
-class VisibleQueries:
+class VisibleQueries(Statements):
     """The policy-aware reads, compiled for one dialect."""
 
     def __init__(self, dialect: Dialect) -> None:
-        self._dialect = dialect
+        super().__init__(dialect)
         of_entity = sa.and_(
             contexts.c.session_id == session_param(), contexts.c.entity_id == param("entity_id")
         )
         aged = (contexts.c.text, contexts.c.created_at)
-        self.recent_contexts = self._compiled(
+        self.recent_contexts = self.compiled(
             sa.select(*aged).where(of_entity).order_by(*NEWEST_FIRST).limit(param("limit"))
         )
-        self.all_contexts = self._compiled(
+        self.all_contexts = self.compiled(
             sa.select(*aged).where(of_entity).order_by(contexts.c.turn_seq, contexts.c.id)
         )
-        self.count_contexts = self._compiled(
+        self.count_contexts = self.compiled(
             sa.select(sa.func.count().label("count")).where(
                 of_entity, contexts.c.created_at >= param("cutoff", sa.Double)
             )
         )
         recent = turns.c.created_at >= param("turn_cutoff", sa.Double)
         self.turn_reads = TurnReads(
-            self._compiled, sa.and_(turns.c.session_id == session_param(), recent)
+            self.compiled, sa.and_(turns.c.session_id == session_param(), recent)
         )
-        self._by_types: dict[int, _TypedReads] = {}
-
-    def _compiled(self, statement: Any) -> CompiledStatement:
-        return compile_statement(statement, self._dialect)
 
     def typed(self, count: int) -> _TypedReads:
         """The reads that filter by a cutoff per entity type, for ``count`` types."""
-        reads = self._by_types.get(count)
-        if reads is None:
-            reads = self._by_types[count] = _TypedReads(self._compiled, count)
-        return reads
+        return self.per_count(count, lambda: _TypedReads(self.compiled, count))
 
 
 class _TypedReads:

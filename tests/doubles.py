@@ -1,0 +1,292 @@
+"""Test doubles, driver hooks and fixtures shared by the suites: the stand-in models, the
+Postgres database helper, and the ``refused_port`` and ``logs`` fixtures (registered for
+every suite by tests/conftest.py)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from zerda_store.model.records import EntityRecord, Mention, NewTurn, SessionStats
+
+
+class KeywordLLM:
+    """A stand-in LLM: answers with the known names that occur in the prompt's text, in
+    order of first occurrence, comma-separated, like a well-behaved extraction model."""
+
+    def __init__(self, vocabulary: Iterable[str], *, extra: str = "") -> None:
+        self.vocabulary = sorted(set(vocabulary), key=len, reverse=True)
+        self.extra = extra
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def generate(self, prompt: str, max_tokens: int = 256) -> str:
+        with self._lock:
+            self.calls += 1
+        found: list[tuple[int, str]] = []
+        taken: list[range] = []
+        for name in self.vocabulary:
+            for match in re.finditer(re.escape(name), prompt):
+                span = range(match.start(), match.end())
+                if not any(span.start < t.stop and t.start < span.stop for t in taken):
+                    taken.append(span)
+                    found.append((match.start(), name))
+        names: list[str] = []
+        for _, name in sorted(found):
+            if name not in names:
+                names.append(name)
+        return ", ".join(names) + self.extra
+
+
+class FixedLLM:
+    """Always gives the same answer, like the original documentation's example model."""
+
+    def __init__(self, response: str) -> None:
+        self.response = response
+        self.calls = 0
+
+    def generate(self, prompt: str, max_tokens: int = 256) -> str:
+        self.calls += 1
+        return self.response
+
+
+class BrokenLLM:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error or RuntimeError("timeout")
+        self.calls = 0
+
+    def generate(self, prompt: str, max_tokens: int = 256) -> str:
+        self.calls += 1
+        raise self.error
+
+
+class RecordingLLM:
+    """Keeps every ``(prompt, max_tokens)`` it is asked with (``calls``); answers with a
+    fixed text, or as the model it wraps answers."""
+
+    def __init__(self, response: str | Any = "") -> None:
+        self.response = response
+        self.calls: list[tuple[str, int]] = []
+
+    def generate(self, prompt: str, max_tokens: int = 256) -> str:
+        self.calls.append((prompt, max_tokens))
+        if isinstance(self.response, str):
+            return self.response
+        return str(self.response.generate(prompt, max_tokens))
+
+
+class OutageLLM(KeywordLLM):
+    """A keyword LLM that fails while ``down`` is set, like a provider during an outage."""
+
+    def __init__(self, vocabulary: Iterable[str], *, down: bool = False) -> None:
+        super().__init__(vocabulary)
+        self.down = down
+
+    def generate(self, prompt: str, max_tokens: int = 256) -> str:
+        if self.down:
+            raise TimeoutError("LLM did not answer in 30 s")
+        return super().generate(prompt, max_tokens)
+
+
+@contextmanager
+def driver_calls(
+    engine: sa.Engine,
+    *,
+    before_statement: Callable[[Any, str, Any], None] | None = None,
+    before_commit: Callable[[Any], None] | None = None,
+) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement the engine's dialect hands to the driver inside the block, with its
+    parameters: both SQLAlchemy's execution and zerda_store's compiled hot path call the
+    dialect's ``do_execute`` and ``do_commit``. ``before_statement(cursor, statement,
+    parameters)`` and ``before_commit(pooled_connection)`` run first and may raise, to
+    inject a fault at that point."""
+    dialect = engine.dialect
+    sent: list[tuple[str, Any]] = []
+    execute, execute_many, execute_no_params, commit = (
+        dialect.do_execute,
+        dialect.do_executemany,
+        dialect.do_execute_no_params,
+        dialect.do_commit,
+    )
+
+    def seen(cursor: Any, statement: str, parameters: Any) -> None:
+        sent.append((statement, parameters))
+        if before_statement is not None:
+            before_statement(cursor, statement, parameters)
+
+    def do_execute(cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
+        seen(cursor, statement, parameters)
+        execute(cursor, statement, parameters, context)
+
+    def do_executemany(cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
+        seen(cursor, statement, parameters)
+        execute_many(cursor, statement, parameters, context)
+
+    def do_execute_no_params(cursor: Any, statement: str, context: Any = None) -> None:
+        seen(cursor, statement, None)
+        execute_no_params(cursor, statement, context)
+
+    def do_commit(connection: Any) -> None:
+        if before_commit is not None:
+            before_commit(connection)
+        commit(connection)
+
+    hooks = {
+        "do_execute": do_execute,
+        "do_executemany": do_executemany,
+        "do_execute_no_params": do_execute_no_params,
+        "do_commit": do_commit,
+    }
+    own = {name: vars(dialect)[name] for name in hooks if name in vars(dialect)}
+    for name, hook in hooks.items():
+        setattr(dialect, name, hook)
+    try:
+        yield sent
+    finally:
+        for name in hooks:
+            if name in own:
+                setattr(dialect, name, own[name])
+            else:
+                delattr(dialect, name)
+
+
+# -- fakes of the memory's parts, for unit tests of the memory without a database ---------
+
+
+class FakeStore:
+    """The store as the memory uses it: writable, and closed once."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def check_writable(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeRepository:
+    """Keeps saved turns in a list and recalls each mentioned key's snippets."""
+
+    resolver = None
+
+    def __init__(self) -> None:
+        self.turns: list[tuple[str, NewTurn]] = []
+        self.recalls: list[tuple[str, list[str], int, Any]] = []
+
+    def has_turn(self, session_id: str, idempotency_key: str) -> bool:
+        return any(turn.idempotency_key == idempotency_key for _, turn in self.turns)
+
+    def save_turn(self, session_id: str, turn: NewTurn) -> int:
+        self.turns.append((session_id, turn))
+        return len(self.turns)
+
+    def recall(
+        self, session_id: str, mentions: list[Mention], limit: int, visible: Any = None
+    ) -> list[tuple[EntityRecord, list[str]]]:
+        self.recalls.append((session_id, [m.key for m in mentions], limit, visible))
+        recalled = []
+        for mention in mentions:
+            snippets = [
+                turn.text
+                for saved_in, turn in self.turns
+                if saved_in == session_id and mention.key in {m.key for m in turn.mentions}
+            ]
+            record = EntityRecord(1, mention.name, mention.key, mention.entity_type, 0.0, 0.0)
+            recalled.append((record, snippets[-limit:]))
+        return recalled
+
+    def stats(self, session_id: str, visible: Any = None) -> SessionStats:
+        return SessionStats(0, len(self.turns), 0)
+
+
+class NoPolicy:
+    """A policy cache of a session without a retention policy."""
+
+    def get(self) -> None:
+        return None
+
+
+# -- Postgres databases and fixtures (registered by tests/conftest.py) ----------------------
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "ZERDA_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def new_postgres_database(admin: sa.Engine) -> tuple[str, Callable[[], None]]:
+    """A new, empty Postgres database made through ``admin``: its URL, and how to drop it."""
+    name = f"zerda_test_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    url = sa.make_url(POSTGRES_ADMIN_URL).set(database=name)
+    return url.render_as_string(hide_password=False), drop
+
+
+@pytest.fixture
+def refused_port() -> int:
+    """A local port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # nothing listens there once closed
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every record of SQLAlchemy and zerda_store, down to DEBUG."""
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="sqlalchemy")
+    caplog.set_level(logging.DEBUG, logger="zerda_store")
+    return caplog
+
+
+@pytest.fixture
+def clock() -> Callable[[], float]:
+    """A memory clock that ticks 100 s per reading from 1000.0."""
+    ticks = itertools.count(1000.0, 100.0)
+    return lambda: next(ticks)
+
+
+# -- reading and changing a database beside the store ------------------------------------
+
+
+def query(database_url: str, sql: str, **params: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Column names and rows of one statement, on a connection of its own."""
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            result = connection.execute(sa.text(sql), params)
+            return list(result.keys()), [tuple(row) for row in result]
+    finally:
+        engine.dispose()
+
+
+def execute(database_url: str, sql: str) -> None:
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.text(sql))
+    finally:
+        engine.dispose()
+
+
+def say(memory: Any, said: str, answered: str = "ok") -> None:
+    """One turn: ``said`` in, ``answered`` out."""
+    memory.save_context({"input": said}, {"output": answered})

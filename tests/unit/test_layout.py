@@ -1,0 +1,92 @@
+"""The shape of the package: small modules, no import circle, and a root that exports every
+public name (the layers themselves are import-linter's contracts in pyproject.toml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import grimp
+import pytest
+
+import zerda_store
+import zerda_store.errors
+
+PACKAGE = Path(zerda_store.__file__).parent
+MAX_LINES = 350
+
+
+def test_no_module_of_the_package_is_over_350_lines():
+    sizes = {
+        str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in PACKAGE.rglob("*.py")
+    }
+    assert len(sizes) > 50
+    assert {name: lines for name, lines in sizes.items() if lines > MAX_LINES} == {}
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    # grimp counts every import: at module level, inside functions, under TYPE_CHECKING.
+    graph = grimp.build_graph("zerda_store")
+    circles = sorted(
+        (module, imported)
+        for module in graph.modules
+        for imported in graph.find_modules_directly_imported_by(module)
+        if graph.chain_exists(importer=imported, imported=module)
+    )
+    assert circles == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "AdminRepository",
+        "CommitOutcomeUnknownError",
+        "ConversationEntityMemory",
+        "DatabaseUnavailableError",
+        "Entity",
+        "ExtractedEntity",
+        "ExtractionResult",
+        "ExtractionService",
+        "Extractor",
+        "KeyRulesMismatchError",
+        "LLMExtractor",
+        "LockTimeoutError",
+        "MergeError",
+        "NotAStoreDatabaseError",
+        "ReadOnlyStoreError",
+        "SchemaNotCurrentError",
+        "SessionNotEmptyError",
+        "StanzaExtractor",
+        "Store",
+        "StoreError",
+        "migrate",
+    ],
+)
+def test_the_root_exports_each_public_name(name):
+    assert name in zerda_store.__all__
+    assert getattr(zerda_store, name) is not None
+
+
+def test_the_root_exports_every_public_name_it_defines():
+    defined = {
+        name
+        for name, value in vars(zerda_store).items()
+        if not name.startswith("_") and not isinstance(value, ModuleType) and name != "annotations"
+    }
+    assert defined == set(zerda_store.__all__) - {"migrate"}
+
+
+@pytest.mark.parametrize("name", ["KeyRulesMismatchError", "MergeError"])
+def test_the_identity_errors_are_store_errors_importable_from_errors(name):
+    error = getattr(zerda_store.errors, name)
+    assert getattr(zerda_store, name) is error
+    assert issubclass(error, zerda_store.StoreError)
+    assert issubclass(error, ValueError)
+
+
+def test_migrate_at_the_root_is_the_migrations_module():
+    from zerda_store.db import migrate
+
+    assert zerda_store.migrate is migrate
+    assert callable(migrate.upgrade)
