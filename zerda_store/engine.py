@@ -34,6 +34,7 @@ from .connection_settings import (
     DEFAULT_LOCK_TIMEOUT,
     IMMUTABLE,
     NO_PING,
+    POSTGRES_EXTRA,
     SQLITE_BUSY_TIMEOUT_MS,
     Durability,
     checked_schema,
@@ -170,7 +171,12 @@ class Store(AsyncStore):
                 read_only=read_only,
                 schema=self.schema,
             )
-        except (ArgumentError, ImportError, ValueError) as exc:
+        except ImportError as exc:
+            raise StoreError(
+                f"cannot use the database URL {safe_url(self.url)}: "
+                f"{scrub(str(exc), self.url)}; {POSTGRES_EXTRA}"
+            ) from None
+        except (ArgumentError, ValueError) as exc:
             raise StoreError(
                 f"cannot use the database URL {safe_url(self.url)}: "
                 f"{scrub(str(exc), self.url)}; zerda_store runs on sqlite:/// and postgresql:// URLs"
