@@ -5,12 +5,16 @@ from __future__ import annotations
 from .engine import Store
 from .errors import (
     CommitOutcomeUnknownError,
+    DatabaseError,
     DatabaseUnavailableError,
     LockTimeoutError,
     NotAStoreDatabaseError,
+    PermissionDeniedError,
+    PoolExhaustedError,
     ReadOnlyStoreError,
     SchemaNotCurrentError,
     SessionNotEmptyError,
+    StatementTimeoutError,
     StoreError,
 )
 from .extraction import (
@@ -27,6 +31,7 @@ from .views import Entity
 __all__ = [
     "CommitOutcomeUnknownError",
     "ConversationEntityMemory",
+    "DatabaseError",
     "DatabaseUnavailableError",
     "Entity",
     "ExtractedEntity",
@@ -36,10 +41,13 @@ __all__ = [
     "LLMExtractor",
     "LockTimeoutError",
     "NotAStoreDatabaseError",
+    "PermissionDeniedError",
+    "PoolExhaustedError",
     "ReadOnlyStoreError",
     "SchemaNotCurrentError",
     "SessionNotEmptyError",
     "StanzaExtractor",
+    "StatementTimeoutError",
     "Store",
     "StoreError",
 ]
