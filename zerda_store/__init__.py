@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .engine import Store
+from .admin import AdminRepository
+from .db import migrate
+from .db.engine import Store
 from .errors import (
     CommitOutcomeUnknownError,
     DatabaseError,
@@ -25,10 +27,13 @@ from .extraction import (
     LLMExtractor,
     StanzaExtractor,
 )
-from .memory import ConversationEntityMemory
-from .views import Entity
+from .identity.merging import MergeError
+from .identity.resolution import KeyRulesMismatchError
+from .memory.conversation import ConversationEntityMemory
+from .memory.views import Entity
 
 __all__ = [
+    "AdminRepository",
     "CommitOutcomeUnknownError",
     "ConversationEntityMemory",
     "DatabaseError",
@@ -38,8 +43,10 @@ __all__ = [
     "ExtractionResult",
     "ExtractionService",
     "Extractor",
+    "KeyRulesMismatchError",
     "LLMExtractor",
     "LockTimeoutError",
+    "MergeError",
     "NotAStoreDatabaseError",
     "PermissionDeniedError",
     "PoolExhaustedError",
@@ -50,4 +57,5 @@ __all__ = [
     "StatementTimeoutError",
     "Store",
     "StoreError",
+    "migrate",
 ]

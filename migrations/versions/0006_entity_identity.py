@@ -28,12 +28,12 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from zerda_store.driver import Cursor
-from zerda_store.identity import identify
-from zerda_store.identity_statements import IdentityStatements
-from zerda_store.merging import KEY_RULES_REASON, merge
-from zerda_store.names import EXACT, FOLD_V1, FOLD_V2
-from zerda_store.unit_of_work import Transaction
+from zerda_store.db.driver import Cursor
+from zerda_store.db.unit_of_work import Transaction
+from zerda_store.identity.merging import KEY_RULES_REASON, merge
+from zerda_store.identity.rules import identify
+from zerda_store.identity.statements import IdentityStatements
+from zerda_store.model.names import EXACT, FOLD_V1, FOLD_V2
 
 revision = "0006"
 down_revision = "0005"
