@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.test_foreign_databases import run as _run
 from tests.support import KeywordLLM
 from zerda_store import (
     ConversationEntityMemory,
@@ -64,16 +65,6 @@ CALLS: dict[str, Callable[[ConversationEntityMemory], None]] = {
     "load_memory_variables": _load,
     "aload_memory_variables": _aload,
 }
-
-
-def _run(url: str, *statements: str) -> None:
-    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as connection:
-            for statement in statements:
-                connection.exec_driver_sql(statement)
-    finally:
-        engine.dispose()
 
 
 def _turns(url: str) -> int:
