@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .engine import Store
+from .admin import AdminRepository
+from .db import migrate
+from .db.engine import Store
 from .errors import (
     CommitOutcomeUnknownError,
     DatabaseUnavailableError,
@@ -21,10 +23,13 @@ from .extraction import (
     LLMExtractor,
     StanzaExtractor,
 )
-from .memory import ConversationEntityMemory
-from .views import Entity
+from .identity.merging import MergeError
+from .identity.resolution import KeyRulesMismatchError
+from .memory.conversation import ConversationEntityMemory
+from .memory.views import Entity
 
 __all__ = [
+    "AdminRepository",
     "CommitOutcomeUnknownError",
     "ConversationEntityMemory",
     "DatabaseUnavailableError",
@@ -33,8 +38,10 @@ __all__ = [
     "ExtractionResult",
     "ExtractionService",
     "Extractor",
+    "KeyRulesMismatchError",
     "LLMExtractor",
     "LockTimeoutError",
+    "MergeError",
     "NotAStoreDatabaseError",
     "ReadOnlyStoreError",
     "SchemaNotCurrentError",
@@ -42,4 +49,5 @@ __all__ = [
     "StanzaExtractor",
     "Store",
     "StoreError",
+    "migrate",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from zerda_store import Store, migrate
-from zerda_store.names import FOLD_V1
+from zerda_store.model.names import FOLD_V1
 
 RELEASED_REVISION = "0004"
 

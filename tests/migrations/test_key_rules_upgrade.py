@@ -10,8 +10,7 @@ import pytest
 
 from tests.migrations.released import released_database, rows, save_turns
 from tests.support import FixedLLM
-from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.errors import StoreError
+from zerda_store import ConversationEntityMemory, KeyRulesMismatchError, Store, migrate
 
 SESSION_RULES = "SELECT key_rules FROM session_key_rules WHERE session_id = :session"
 KEYS = "SELECT name, name_key FROM entities WHERE session_id = :session ORDER BY id"
@@ -82,7 +81,7 @@ def test_a_session_whose_keys_no_rule_changes_is_left_for_its_next_save_to_recor
         assert memory.list_entities() == ["sarah", "acme"]
     with (
         ConversationEntityMemory(store=store, session_id="plain", llm=FixedLLM("x")) as memory,
-        pytest.raises(StoreError, match="keyed with the 'exact' key rules"),
+        pytest.raises(KeyRulesMismatchError, match="keyed with the 'exact' key rules"),
     ):
         memory.save_context({"input": "x"}, {"output": "ok"})
 
