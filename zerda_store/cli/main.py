@@ -30,7 +30,7 @@ from .common import (
     session_option,
     when,
 )
-from .db import distribute
+from .db import distribute, print_upgrade
 from .demo import run_demo
 from .identity import alias, merge, merges, similar, unmerge
 from .retention import prune, retention
@@ -93,11 +93,19 @@ db.add_command(distribute)
 
 @db.command("upgrade")
 @click.argument("revision", default="head")
+@click.option(
+    "--assume-normalized",
+    is_flag=True,
+    help="Re-key the sessions whose records do not tell how they were keyed, as written "
+    "with normalize_names=True (default: keep their keys, as exact).",
+)
+@json_option
 @click.pass_obj
-def db_upgrade(obj: Context, revision: str) -> None:
-    """Upgrade the schema to REVISION (default: head)."""
-    migrate.upgrade(obj.store, revision)
-    click.echo(f"database at revision {migrate.current_revision(obj.store)}")
+def db_upgrade(obj: Context, revision: str, assume_normalized: bool, as_json: bool) -> None:
+    """Upgrade the schema to REVISION (default: head); print the merges it made, each with
+    the command that undoes it."""
+    report = migrate.upgrade(obj.store, revision, assume_normalized=assume_normalized)
+    print_upgrade(report, migrate.current_revision(obj.store), as_json)
 
 
 @db.command("downgrade")
