@@ -7,12 +7,16 @@ from .db import migrate
 from .db.engine import Store
 from .errors import (
     CommitOutcomeUnknownError,
+    DatabaseError,
     DatabaseUnavailableError,
     LockTimeoutError,
     NotAStoreDatabaseError,
+    PermissionDeniedError,
+    PoolExhaustedError,
     ReadOnlyStoreError,
     SchemaNotCurrentError,
     SessionNotEmptyError,
+    StatementTimeoutError,
     StoreError,
 )
 from .extraction import (
@@ -32,6 +36,7 @@ __all__ = [
     "AdminRepository",
     "CommitOutcomeUnknownError",
     "ConversationEntityMemory",
+    "DatabaseError",
     "DatabaseUnavailableError",
     "Entity",
     "ExtractedEntity",
@@ -43,10 +48,13 @@ __all__ = [
     "LockTimeoutError",
     "MergeError",
     "NotAStoreDatabaseError",
+    "PermissionDeniedError",
+    "PoolExhaustedError",
     "ReadOnlyStoreError",
     "SchemaNotCurrentError",
     "SessionNotEmptyError",
     "StanzaExtractor",
+    "StatementTimeoutError",
     "Store",
     "StoreError",
     "migrate",

@@ -349,3 +349,19 @@ def is_read_only_refusal(dialect: Dialect, error: BaseException) -> bool:
         return getattr(error, "sqlstate", None) == _PG_READ_ONLY_TRANSACTION
     code = getattr(error, "sqlite_errorcode", None)
     return isinstance(error, sqlite3.Error) and code is not None and code & 0xFF == _SQLITE_READONLY
+
+
+# Postgres's SQLSTATEs for a missing privilege and for a statement the server cancelled
+# (statement_timeout, or pg_cancel_backend).
+_PG_INSUFFICIENT_PRIVILEGE = "42501"
+_PG_QUERY_CANCELED = "57014"
+
+
+def is_permission_denied(error: BaseException) -> bool:
+    """True when the database role lacks a privilege the statement needs (Postgres)."""
+    return getattr(error, "sqlstate", None) == _PG_INSUFFICIENT_PRIVILEGE
+
+
+def is_statement_cancelled(error: BaseException) -> bool:
+    """True when the server cancelled the statement: ``statement_timeout`` (Postgres)."""
+    return getattr(error, "sqlstate", None) == _PG_QUERY_CANCELED

@@ -27,11 +27,13 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..errors import (
     CommitOutcomeUnknownError,
     DatabaseUnavailableError,
     LockTimeoutError,
+    PoolExhaustedError,
     ReadOnlyStoreError,
     SchemaNotCurrentError,
     StoreError,
@@ -40,6 +42,7 @@ from . import unit_of_work
 from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncStore
 from .settings import (
     DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_POOL_TIMEOUT,
     IMMUTABLE,
     NO_PING,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -147,11 +150,12 @@ class Store(AsyncStore):
         schema: str | None = None,
         llm_workers: int = DEFAULT_LLM_WORKERS,
         async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT,
     ):
-        if not lock_timeout > 0:
-            raise ValueError(
-                f"lock_timeout must be a positive number of seconds, got {lock_timeout}"
-            )
+        for name, seconds in (("lock_timeout", lock_timeout), ("pool_timeout", pool_timeout)):
+            if not seconds > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {seconds}")
+        self.pool_timeout = float(pool_timeout)
         self.url = resolve_url(database_url)
         self.lock_timeout = float(lock_timeout)
         self.durability: Durability = durability
@@ -169,6 +173,7 @@ class Store(AsyncStore):
                 lock_timeout=self.lock_timeout,
                 read_only=read_only,
                 schema=self.schema,
+                pool_timeout=self.pool_timeout,
             )
         except (ArgumentError, ImportError, ValueError) as exc:
             raise StoreError(
@@ -269,8 +274,20 @@ class Store(AsyncStore):
         # A pool's raw connection reports the driver's own error, not SQLAlchemy's.
         except (DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
             raise self.unavailable(exc) from None
+        except PoolTimeout:
+            raise self.pool_exhausted() from None
         finally:
             NO_PING.reset(token)
+
+    def pool_exhausted(self) -> PoolExhaustedError:
+        """The error to raise when no connection of the pool came free in time."""
+        pool: Any = self.engine.pool
+        return PoolExhaustedError(
+            f"all {pool.size() + pool._max_overflow} connections of the store's pool to "
+            f"{self.location} stayed in use for {self.pool_timeout:g} s (pool_timeout): "
+            "fewer threads at once on one store, or a larger pool with "
+            "Store(async_pool_size=...); nothing was run"
+        )
 
     @contextmanager
     def query(self) -> Iterator[Connection]:

@@ -34,6 +34,7 @@ from .survey import (
     not_ours_error,
     require_ours,
     survey,
+    taken_names_error,
     unknown_revision_error,
 )
 
@@ -182,6 +183,8 @@ def _schema_chosen(store: Store) -> bool:
 
 
 def _prepare_new_schema(store: Store, found: Survey) -> None:
+    if found.taken_names:
+        raise taken_names_error(store, found)
     if found.elsewhere and not _schema_chosen(store):
         raise hidden_schema_error(store, found)
     if store.dialect == "postgresql" and found.current_schema is None and store.schema is None:
@@ -248,13 +251,18 @@ def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = Tru
     with store.schema_lock:
         if store.schema_checked:
             return
+        asked = auto_migrate
         if store.read_only:
             auto_migrate = False
         elif auto_migrate is None:
             auto_migrate = store.dialect == "sqlite"
         found = survey(store)
         if found.revision is None:
-            if not (auto_migrate and create):
+            if found.taken_names:
+                raise taken_names_error(store, found)
+            # By default the schema is created only in an empty database: opening another
+            # application's file does not change it.
+            if not (auto_migrate and create) or (found.tables and asked is None):
                 raise not_ours_error(store, found)
             upgrade(store)
         elif found.revision != head_revision():

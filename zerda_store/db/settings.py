@@ -27,6 +27,8 @@ from .urls import secret_query
 logger = logging.getLogger("zerda_store.engine")
 
 CONNECT_TIMEOUT_SECONDS = 5
+# How long a call waits for a connection of the store's pool when all are in use (seconds).
+DEFAULT_POOL_TIMEOUT = 30.0
 # How long a statement waits for a lock another connection holds, by default (seconds):
 # Postgres's lock_timeout, SQLite's busy timeout.
 DEFAULT_LOCK_TIMEOUT = 5.0
@@ -78,11 +80,14 @@ def create_store_engine(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     read_only: bool = False,
     schema: str | None = None,
+    pool_timeout: float = DEFAULT_POOL_TIMEOUT,
 ) -> Engine:
     """An engine configured for zerda_store's transactions on SQLite or Postgres; no
-    statement waits more than ``lock_timeout`` seconds for a lock. ``read_only`` opens
-    connections that cannot write; ``schema`` (Postgres) is put first on the search_path."""
+    statement waits more than ``lock_timeout`` seconds for a lock, nor more than
+    ``pool_timeout`` for a connection. ``read_only`` opens connections that cannot write;
+    ``schema`` (Postgres) is put first on the search_path."""
     driver_url, options = engine_options(url, lock_timeout, schema)
+    options["pool_timeout"] = pool_timeout
     engine = sa.create_engine(driver_url, **options)
     configure(engine, url, durability, lock_timeout, read_only, schema)
     return engine

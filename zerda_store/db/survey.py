@@ -11,13 +11,17 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from ..errors import NotAStoreDatabaseError, SchemaNotCurrentError
 from .engine import Store
-from .schema import contexts, entities, turns
+from .schema import contexts, entities, metadata, turns
+from .unit_of_work import database_error
 
 # The tables every revision of zerda_store has had: a schema holding all three is ours.
 CORE_TABLES = frozenset({turns.name, entities.name, contexts.name})
+# The tables zerda_store's schema creates.
+OUR_TABLES = frozenset(metadata.tables)
 VERSION_TABLE = "alembic_version"
 SHOWN_TABLES = 8
 
@@ -50,9 +54,21 @@ class Survey:
     def has_our_tables(self) -> bool:
         return set(self.tables) >= CORE_TABLES
 
+    @property
+    def taken_names(self) -> tuple[str, ...]:
+        """Tables of another application that bear the names of zerda_store's."""
+        return tuple(table for table in self.tables if table in OUR_TABLES)
+
 
 def survey(store: Store) -> Survey:
-    """Look at the database without changing it."""
+    """Look at the database without changing it; a database error is zerda_store's."""
+    try:
+        return _survey(store)
+    except DBAPIError as exc:
+        raise database_error(store, exc) from None
+
+
+def _survey(store: Store) -> Survey:
     with store.connect() as connection:
         heads = MigrationContext.configure(connection).get_current_heads()
         revision = ",".join(heads) if heads else None
@@ -114,6 +130,16 @@ def not_ours_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
         f"{store.location} is not a zerda_store database (it has tables "
         f"{_listing(found.tables)}); `zerda-store db upgrade` would add zerda_store's tables "
         "beside them"
+    )
+
+
+def taken_names_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
+    """Another application's tables bear the names of zerda_store's: nothing can be
+    created beside them."""
+    return NotAStoreDatabaseError(
+        f"{store.location} is not a zerda_store database: it has another application's "
+        f"tables named as zerda_store's ({_listing(found.taken_names)}); it was left "
+        "unchanged: use another database or file for zerda_store"
     )
 
 

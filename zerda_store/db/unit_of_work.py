@@ -23,14 +23,24 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import CommitOutcomeUnknownError, ReadOnlyStoreError
+from ..errors import (
+    CommitOutcomeUnknownError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    PermissionDeniedError,
+    ReadOnlyStoreError,
+    StatementTimeoutError,
+    StoreError,
+)
 from .driver import (
     CompiledStatement,
     Cursor,
     Runnable,
     compile_statement,
     is_lock_timeout,
+    is_permission_denied,
     is_read_only_refusal,
+    is_statement_cancelled,
 )
 
 if TYPE_CHECKING:
@@ -151,9 +161,8 @@ def locked(
 def failure(
     store: Store, error: Exception, number: int, retryable: Callable[[DBAPIError], bool]
 ) -> BaseException | None:
-    """What a failed attempt number ``number`` raises (zerda_store's error for a lost
-    commit, a lock timeout or a refused write, else the driver's), or None when it runs again. Shared by
-    the sync and the async units of work."""
+    """What a failed attempt number ``number`` raises (always a :class:`StoreError`), or
+    None when it runs again. Shared by the sync and the async units of work."""
     if isinstance(error, LostCommit):
         raised: BaseException = CommitOutcomeUnknownError(
             f"the connection to {store.safe_url} was lost during a commit: the write may "
@@ -173,9 +182,39 @@ def failure(
         raised.__suppress_context__ = True
         return raised
     if number == WRITE_ATTEMPTS or not retryable(error):
-        return error
+        return database_error(store, error)
     logger.warning("running a unit of work again after %s", type(error.orig).__name__)
     return None
+
+
+def database_error(store: Store, error: DBAPIError) -> StoreError:
+    """zerda_store's one-line error for a driver error that is not run again: a missing
+    privilege, a statement the server cancelled, a connection lost on every attempt, or
+    any other (the database's first line, its secrets masked). Nothing of the failed
+    unit of work was stored: its transaction rolled back."""
+    detail = store.describe(error)
+    orig = error.orig if error.orig is not None else error
+    raised: StoreError
+    if is_permission_denied(orig):
+        raised = PermissionDeniedError(
+            f"the database role of {store.safe_url} lacks a privilege zerda_store needs "
+            f"({detail}): GRANT it SELECT, INSERT, UPDATE, DELETE on zerda_store's tables and "
+            "USAGE on their sequences; nothing was written"
+        )
+    elif is_statement_cancelled(orig):
+        raised = StatementTimeoutError(
+            f"{store.safe_url} cancelled a statement ({detail}): the role's or database's "
+            "statement_timeout ran out, or an operator cancelled it; nothing of this call was "
+            "stored (raise statement_timeout, or find what holds the statement up)"
+        )
+    elif error.connection_invalidated:
+        raised = DatabaseUnavailableError(
+            f"lost the connection to {store.safe_url} on every attempt ({detail})"
+        )
+    else:
+        raised = DatabaseError(f"database error on {store.location}: {detail}")
+    raised.__suppress_context__ = True
+    return raised
 
 
 def backoff(number: int) -> float:
@@ -192,8 +231,6 @@ def _with_retries(
             return attempt()
         except (LostCommit, DBAPIError) as exc:
             raised = failure(store, exc, number, retryable)
-            if raised is exc:
-                raise
             if raised is not None:
                 raise raised from raised.__cause__
         time.sleep(backoff(number))

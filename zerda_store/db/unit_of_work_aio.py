@@ -195,8 +195,6 @@ async def _with_retries(
             return await attempt()
         except (unit_of_work.LostCommit, DBAPIError) as exc:
             raised = unit_of_work.failure(store, exc, number, retryable)
-            if raised is exc:
-                raise
             if raised is not None:
                 raise raised from raised.__cause__
         await asyncio.sleep(unit_of_work.backoff(number))
