@@ -48,7 +48,7 @@ FROZEN_PACKAGE = "zerda_store_frozen_migrations"
 # Where `zerda-store db upgrade` collects what the upgrade did (config.attributes).
 REPORT = "upgrade_report"
 # Set by `zerda-store db upgrade --assume-normalized`: sessions that nothing tells apart
-# were written with normalize_names=True (re-keyed, not kept exact).
+# that were written with normalize_names=True (True: all), re-keyed rather than kept exact.
 ASSUME_NORMALIZED = "assume_normalized"
 
 ENTITY_OVERVIEW = """
@@ -179,7 +179,7 @@ def _frozen(module: str) -> Any:
 def _rekey_sessions() -> None:
     attributes = op.get_context().config.attributes
     outcomes = _frozen("rekeying").rekey_sessions(
-        op.get_bind(), time.time(), assume_normalized=bool(attributes.get(ASSUME_NORMALIZED))
+        op.get_bind(), time.time(), assume_normalized=attributes.get(ASSUME_NORMALIZED, False)
     )
     for outcome in outcomes:
         for entry in outcome.merges:

@@ -61,7 +61,7 @@ def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_jso
                 f"session {entry['session_id']!r}: kept its keys as written (exact), as "
                 "nothing it recorded shows normalize_names=True; if its application uses "
                 "normalize_names=True: `zerda-store db downgrade 0005`, then "
-                "`zerda-store db upgrade --assume-normalized`"
+                f"`zerda-store db upgrade --assume-normalized {shlex.quote(entry['session_id'])}`"
             )
     rekeyed = sum(1 for entry in sessions if entry["key_rules"] != "exact")
     merges = sum(len(entry["merges"]) for entry in sessions)

@@ -95,16 +95,28 @@ db.add_command(distribute)
 @click.argument("revision", default="head")
 @click.option(
     "--assume-normalized",
-    is_flag=True,
-    help="Re-key the sessions whose records do not tell how they were keyed, as written "
-    "with normalize_names=True (default: keep their keys, as exact).",
+    "normalized",
+    multiple=True,
+    metavar="SESSION",
+    help="A session whose records do not tell how it was keyed was written with "
+    "normalize_names=True: re-key it (default: keep its keys, as exact). Repeatable.",
+)
+@click.option(
+    "--assume-all-normalized", is_flag=True, help="As --assume-normalized for every session."
 )
 @json_option
 @click.pass_obj
-def db_upgrade(obj: Context, revision: str, assume_normalized: bool, as_json: bool) -> None:
+def db_upgrade(
+    obj: Context,
+    revision: str,
+    normalized: tuple[str, ...],
+    assume_all_normalized: bool,
+    as_json: bool,
+) -> None:
     """Upgrade the schema to REVISION (default: head); print the merges it made, each with
     the command that undoes it."""
-    report = migrate.upgrade(obj.store, revision, assume_normalized=assume_normalized)
+    assumed = True if assume_all_normalized else set(normalized)
+    report = migrate.upgrade(obj.store, revision, assume_normalized=assumed)
     print_upgrade(report, migrate.current_revision(obj.store), as_json)
 
 

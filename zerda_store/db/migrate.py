@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -139,7 +139,10 @@ def _alembic_connection(store: Store, *, locked: bool) -> Iterator[Connection]:
 
 
 def upgrade(
-    store: Store, revision: str = "head", *, assume_normalized: bool = False
+    store: Store,
+    revision: str = "head",
+    *,
+    assume_normalized: bool | Collection[str] = False,
 ) -> list[dict[str, Any]]:
     """Upgrade the schema (one process at a time; the others then find nothing to do).
 
@@ -150,8 +153,9 @@ def upgrade(
     Returns what the revisions did to the data, one entry per session a revision re-keyed
     or recorded (``session_id``, ``key_rules``, ``unsure``, ``rekeyed``, and ``merges``:
     each ``merge_id``, ``kept`` and ``merged``), for the operator to read and undo.
-    ``assume_normalized``: a session whose records do not tell how its keys were made
-    (revision 0006) was written with ``normalize_names=True``; else it is kept exact.
+    ``assume_normalized``: the sessions (True: every one) whose records do not tell how
+    their keys were made (revision 0006) were written with ``normalize_names=True``, so
+    they are re-keyed; the others such are kept exact.
     """
     report: list[dict[str, Any]] = []
     store.check_writable()
@@ -165,7 +169,9 @@ def upgrade(
             _create_postgres_schema(connection, store.schema)
         config = alembic_config(connection)
         config.attributes[UPGRADE_REPORT] = report
-        config.attributes[ASSUME_NORMALIZED] = assume_normalized
+        config.attributes[ASSUME_NORMALIZED] = (
+            assume_normalized if isinstance(assume_normalized, bool) else set(assume_normalized)
+        )
         command.upgrade(config, revision)
     return report
 
