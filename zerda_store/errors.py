@@ -46,3 +46,24 @@ class KeyRulesMismatchError(StoreError, ValueError):
 
 class MergeError(StoreError, ValueError):
     """A merge or unmerge that cannot be done as asked; nothing was changed."""
+
+
+class DatabaseError(StoreError):
+    """The database refused or failed a statement for a reason no other class names; the
+    message gives the database's own first line. Nothing of the failed call was stored."""
+
+
+class PermissionDeniedError(DatabaseError):
+    """The database role lacks a privilege on zerda_store's tables (Postgres SQLSTATE 42501);
+    nothing was written."""
+
+
+class StatementTimeoutError(DatabaseError):
+    """The server cancelled a statement (Postgres SQLSTATE 57014): the role's or database's
+    ``statement_timeout`` ran out, or an operator cancelled it; nothing of the call was
+    stored."""
+
+
+class PoolExhaustedError(StoreError):
+    """Every connection a store may open stayed in use for ``pool_timeout`` seconds: more
+    calls at once than the store's pool (``async_pool_size``) serves. Nothing was run."""

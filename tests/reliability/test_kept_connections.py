@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-import zerda_store.db.engine as engine_module
+import zerda_store.db.kept as kept_module
 from tests.doubles import FixedLLM
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.db.unit_of_work import Transaction
@@ -108,7 +108,7 @@ def test_a_connection_kept_too_long_goes_back_through_the_pool(database_url, mon
         store.give_back(kept, reusable=True)
         assert store.borrow() is kept  # given back just now: used again directly
         store.give_back(kept, reusable=True)
-        monkeypatch.setattr(engine_module, "KEPT_SECONDS", 0.0)
+        monkeypatch.setattr(kept_module, "KEPT_SECONDS", 0.0)
         fresh = store.borrow()
         assert fresh is not kept
         assert not kept.is_valid or kept.dbapi_connection is None  # returned to the pool

@@ -3,6 +3,7 @@ the query, "@" in the database or the query; and how they are shown (no database
 
 from __future__ import annotations
 
+import sys
 import traceback
 from pathlib import Path
 from urllib.parse import quote, quote_plus
@@ -142,3 +143,18 @@ def test_an_unsupported_or_malformed_url_is_a_store_error_without_the_password(u
 def test_a_non_numeric_port_is_refused_before_any_connection_is_tried():
     with pytest.raises(StoreError, match="could not parse"):
         ConversationEntityMemory(database_url="postgresql://u:pw@127.0.0.1:abc/crm")
+
+
+def test_a_postgres_url_without_psycopg_names_the_extra_to_install(monkeypatch):
+    for module in [m for m in sys.modules if m == "psycopg" or m.startswith("psycopg.")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
+
+    with pytest.raises(StoreError) as refused:
+        Store("postgresql://app:secret@db.example/crm")
+
+    message = str(refused.value)
+    assert "psycopg" in message
+    assert "pip install '.[postgres]' in a checkout" in message
+    assert "py3-none-any.whl[postgres]'" in message  # the wheel's form too
+    assert "secret" not in message

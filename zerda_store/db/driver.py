@@ -14,7 +14,6 @@ do not see these statements. Nothing here does I/O but :class:`Cursor`.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -319,32 +318,3 @@ class Cursor:
     def execute_sql(self, sql: str) -> None:
         """Run a fixed statement with no parameters (transaction control)."""
         self._dialect.do_execute(self._cursor, sql, (), None)
-
-
-# SQLite's code for "the database is locked" (the busy timeout ran out).
-_SQLITE_BUSY = 5
-
-
-def is_lock_timeout(dialect: Dialect, error: BaseException) -> bool:
-    """True when the driver gave up waiting for a lock: Postgres's ``lock_timeout``
-    (SQLSTATE 55P03) or SQLite's busy timeout."""
-    if dialect.name == "postgresql":
-        return getattr(error, "sqlstate", None) == "55P03"
-    if not isinstance(error, sqlite3.OperationalError):
-        return False
-    code = getattr(error, "sqlite_errorcode", None)
-    return code == _SQLITE_BUSY or (code is None and "database is locked" in str(error))
-
-
-# SQLite's primary code for a write the file or connection does not allow.
-_SQLITE_READONLY = 8
-# Postgres's SQLSTATE for a write in a read-only transaction.
-_PG_READ_ONLY_TRANSACTION = "25006"
-
-
-def is_read_only_refusal(dialect: Dialect, error: BaseException) -> bool:
-    """True when the database refused a write because the connection or file is read-only."""
-    if dialect.name == "postgresql":
-        return getattr(error, "sqlstate", None) == _PG_READ_ONLY_TRANSACTION
-    code = getattr(error, "sqlite_errorcode", None)
-    return isinstance(error, sqlite3.Error) and code is not None and code & 0xFF == _SQLITE_READONLY

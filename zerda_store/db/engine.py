@@ -16,26 +16,33 @@ A store opened with ``read_only=True`` never writes: SQLite opens the file with 
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from ..errors import DatabaseUnavailableError, LockTimeoutError, ReadOnlyStoreError, StoreError
+from ..errors import (
+    DatabaseUnavailableError,
+    LockTimeoutError,
+    PoolExhaustedError,
+    ReadOnlyStoreError,
+    StoreError,
+)
 from . import unit_of_work, unit_of_work_aio
 from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncHalf
+from .kept import KeptConnections
 from .settings import (
     DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_POOL_TIMEOUT,
     IMMUTABLE,
     NO_PING,
+    POSTGRES_EXTRA,
     Durability,
     checked_schema,
     create_store_engine,
@@ -49,17 +56,6 @@ logger = logging.getLogger("zerda_store.engine")
 T = TypeVar("T")
 C = TypeVar("C")
 S = TypeVar("S")
-
-# Driver connections kept between units of work, outside the pool (the pool's others stay
-# free for SQLAlchemy's own connections).
-KEPT_CONNECTIONS = 4
-# A connection idle longer than this goes back to the pool (its recycling and a liveness
-# check apply there) instead of being used again directly.
-KEPT_SECONDS = 30.0
-
-# Connections a forked child inherited from its parent's stores: referenced for the life
-# of the child so that garbage collection never closes the parent's sockets.
-_INHERITED: list[Any] = []
 
 
 class Store:
@@ -89,11 +85,12 @@ class Store:
         schema: str | None = None,
         llm_workers: int = DEFAULT_LLM_WORKERS,
         async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT,
     ):
-        if not lock_timeout > 0:
-            raise ValueError(
-                f"lock_timeout must be a positive number of seconds, got {lock_timeout}"
-            )
+        for name, seconds in (("lock_timeout", lock_timeout), ("pool_timeout", pool_timeout)):
+            if not seconds > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {seconds}")
+        self.pool_timeout = float(pool_timeout)
         self.url = resolve_url(database_url)
         self.lock_timeout = float(lock_timeout)
         self.durability: Durability = durability
@@ -101,8 +98,6 @@ class Store:
         self.schema = checked_schema(schema) if schema is not None else None
         self._statements: dict[Callable[[Dialect], Any], Any] = {}
         self._statements_lock = threading.Lock()
-        self._idle: list[tuple[Any, float]] = []
-        self._pid = os.getpid()
         try:
             self.engine = create_store_engine(
                 self.url,
@@ -110,8 +105,14 @@ class Store:
                 lock_timeout=self.lock_timeout,
                 read_only=read_only,
                 schema=self.schema,
+                pool_timeout=self.pool_timeout,
             )
-        except (ArgumentError, ImportError, ValueError) as exc:
+        except ImportError as exc:
+            raise StoreError(
+                f"cannot use the database URL {safe_url(self.url)}: "
+                f"{scrub(str(exc), self.url)}; {POSTGRES_EXTRA}"
+            ) from None
+        except (ArgumentError, ValueError) as exc:
             raise StoreError(
                 f"cannot use the database URL {safe_url(self.url)}: "
                 f"{scrub(str(exc), self.url)}; zerda_store runs on sqlite:/// and postgresql:// URLs"
@@ -119,7 +120,7 @@ class Store:
         self.dialect = self.engine.dialect.name
         if read_only:
             self.require_file()
-        event.listen(self.engine, "engine_disposed", self._drop_kept)
+        self._kept = KeptConnections(self.engine)
         self.schema_checked = False
         self.schema_lock = threading.Lock()
         self.closed = False
@@ -231,8 +232,20 @@ class Store:
         # A pool's raw connection reports the driver's own error, not SQLAlchemy's.
         except (DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
             raise self.unavailable(exc) from None
+        except PoolTimeout:
+            raise self.pool_exhausted() from None
         finally:
             NO_PING.reset(token)
+
+    def pool_exhausted(self) -> PoolExhaustedError:
+        """The error to raise when no connection of the pool came free in time."""
+        pool: Any = self.engine.pool
+        return PoolExhaustedError(
+            f"all {pool.size() + pool._max_overflow} connections of the store's pool to "
+            f"{self.location} stayed in use for {self.pool_timeout:g} s (pool_timeout): "
+            "fewer threads at once on one store, or a larger pool with "
+            "Store(async_pool_size=...); nothing was run"
+        )
 
     @contextmanager
     def query(self) -> Iterator[Connection]:
@@ -255,28 +268,19 @@ class Store:
         """A driver connection for one attempt of a unit of work: one that an earlier unit
         gave back, else one from the pool. No liveness ping: a unit of work meets a dead
         connection at its first statement and runs again."""
-        if self._pid != os.getpid():
-            self._after_fork()
         if not self.closed:
-            try:
-                connection, kept_at = self._idle.pop()
-            except IndexError:
-                pass
-            else:
-                if time.monotonic() - kept_at < KEPT_SECONDS:
-                    return connection
-                # Back to the pool, and out again with its recycling and liveness ping.
-                connection.close()
+            connection, stale = self._kept.take()
+            if connection is not None:
+                return connection
+            if stale:  # out of the pool again, with its recycling and liveness ping
                 return self._checked_out(self.engine.raw_connection, ping=True)
         return self._checked_out(self.engine.raw_connection, ping=False)
 
     def give_back(self, connection: Any, *, reusable: bool) -> None:
         """Keep a connection a unit of work left with no transaction open for the next one
-        (skipping the pool's checkin, reset and checkout, a fifth of a recall's time on
-        SQLite); otherwise return it to the pool, which rolls back what is left open."""
+        (:mod:`kept`); otherwise return it to the pool, which rolls back what is left open."""
         reusable = reusable and not connection.info.get(IMMUTABLE)
-        if reusable and not self.closed and len(self._idle) < KEPT_CONNECTIONS:
-            self._idle.append((connection, time.monotonic()))
+        if reusable and not self.closed and self._kept.keep(connection):
             if self.closed:  # closed meanwhile
                 self.drop_connections()
             return
@@ -285,31 +289,12 @@ class Store:
     def connections_in_use(self) -> int:
         """How many of the pool's connections are in use right now (kept idle ones are
         not: any unit of work may take them)."""
-        return int(self.engine.pool.checkedout()) - len(self._idle)  # type: ignore[attr-defined]
+        return int(self.engine.pool.checkedout()) - len(self._kept)  # type: ignore[attr-defined]
 
     def drop_connections(self) -> None:
         """Close every connection, kept or pooled (after a lost one, the others are most
         likely gone with it, as SQLAlchemy assumes on its own path)."""
         self.engine.dispose()  # the engine_disposed listener drops the kept ones
-
-    def _after_fork(self) -> None:
-        """In a forked child: never use, close or return the parent's connections (their
-        sockets and files are the parent's); keep them referenced so that nothing closes
-        them, and start a pool of the child's own."""
-        _INHERITED.append(self._idle)
-        self._idle, self._pid = [], os.getpid()
-        self.engine.dispose(close=False)
-
-    def _drop_kept(self, *_: object) -> None:
-        if self._pid != os.getpid():
-            self._after_fork()
-            return
-        while self._idle:
-            try:
-                connection, _kept_at = self._idle.pop()
-            except IndexError:
-                break
-            connection.invalidate()
 
     def describe(self, exc: BaseException) -> str:
         """The first line of a driver error, with every form of this store's secrets masked."""

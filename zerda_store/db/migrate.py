@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from alembic import command
 from alembic.config import Config
@@ -35,12 +35,17 @@ from .survey import (
     not_ours_error,
     require_ours,
     survey,
+    taken_names_error,
     unknown_revision_error,
+    upgrade_command,
 )
 
 # Any constant will do; it only has to be the same in every process that migrates.
 _ADVISORY_LOCK_KEY = 0x7A657264  # "zerd"
 MIGRATION_WAIT_MS = 600_000
+# Where a revision puts what it did to the data, for `zerda-store db upgrade` to print.
+UPGRADE_REPORT = "upgrade_report"
+ASSUME_NORMALIZED = "assume_normalized"
 
 
 def migrations_dir() -> Path:
@@ -134,13 +139,26 @@ def _alembic_connection(store: Store, *, locked: bool) -> Iterator[Connection]:
                 _raw_sqlite(connection, f"PRAGMA busy_timeout={round(store.lock_timeout * 1000)}")
 
 
-def upgrade(store: Store, revision: str = "head") -> None:
+def upgrade(
+    store: Store,
+    revision: str = "head",
+    *,
+    assume_normalized: bool | Collection[str] = False,
+) -> list[dict[str, Any]]:
     """Upgrade the schema (one process at a time; the others then find nothing to do).
 
     Refused for a database whose revision is not one of zerda_store's, and, on Postgres,
     for creating the schema while zerda_store's tables are in a schema off the search_path
     (unless the store's ``schema=`` chose where to create it).
+
+    Returns what the revisions did to the data, one entry per session a revision re-keyed
+    or recorded (``session_id``, ``key_rules``, ``unsure``, ``rekeyed``, and ``merges``:
+    each ``merge_id``, ``kept`` and ``merged``), for the operator to read and undo.
+    ``assume_normalized``: the sessions (True: every one) whose records do not tell how
+    their keys were made (revision 0006) were written with ``normalize_names=True``, so
+    they are re-keyed; the others such are kept exact.
     """
+    report: list[dict[str, Any]] = []
     store.check_writable()
     found = survey(store)
     if found.revision is None:
@@ -150,7 +168,13 @@ def upgrade(store: Store, revision: str = "head") -> None:
     with locked_connection(store) as connection:
         if store.schema is not None:
             _create_postgres_schema(connection, store.schema)
-        command.upgrade(alembic_config(connection), revision)
+        config = alembic_config(connection)
+        config.attributes[UPGRADE_REPORT] = report
+        config.attributes[ASSUME_NORMALIZED] = (
+            assume_normalized if isinstance(assume_normalized, bool) else set(assume_normalized)
+        )
+        command.upgrade(config, revision)
+    return report
 
 
 def _schema_chosen(store: Store) -> bool:
@@ -161,6 +185,8 @@ def _schema_chosen(store: Store) -> bool:
 
 
 def _prepare_new_schema(store: Store, found: Survey) -> None:
+    if found.taken_names:
+        raise taken_names_error(store, found)
     if found.elsewhere and not _schema_chosen(store):
         raise hidden_schema_error(store, found)
     if store.dialect == "postgresql" and found.current_schema is None and store.schema is None:
@@ -227,13 +253,18 @@ def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = Tru
     with store.schema_lock:
         if store.schema_checked:
             return
+        asked = auto_migrate
         if store.read_only:
             auto_migrate = False
         elif auto_migrate is None:
             auto_migrate = store.dialect == "sqlite"
         found = survey(store)
         if found.revision is None:
-            if not (auto_migrate and create):
+            if found.taken_names:
+                raise taken_names_error(store, found)
+            # By default the schema is created only in an empty database: opening another
+            # application's file does not change it.
+            if not (auto_migrate and create) or (found.tables and asked is None):
                 raise not_ours_error(store, found)
             upgrade(store)
         elif found.revision != head_revision():
@@ -242,7 +273,19 @@ def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = Tru
                 raise SchemaNotCurrentError(
                     f"the database schema of {store.safe_url} is at revision {found.revision}, "
                     f"this version of zerda_store needs {head_revision()}: run "
-                    "`zerda-store db upgrade` (or `alembic upgrade head`) against it first"
+                    f"`{upgrade_command(store)}` first"
                 )
             upgrade(store)
         store.schema_checked = True
+
+
+def prepare_for_new_data(store: Store) -> None:
+    """For the commands that bring data in (``demo``, ``import``, ``copy``'s destination):
+    create zerda_store's schema in an empty database on any backend, as ``db upgrade``
+    would; otherwise as :func:`ensure_schema` with the backend's default (an older schema
+    upgrades itself on SQLite only; a database holding other tables is refused)."""
+    if not (store.schema_checked or store.read_only):
+        found = survey(store)
+        if found.revision is None and not found.tables and not found.elsewhere:
+            upgrade(store)
+    ensure_schema(store, auto_migrate=None)

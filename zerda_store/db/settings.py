@@ -27,6 +27,8 @@ from .urls import secret_query
 logger = logging.getLogger("zerda_store.engine")
 
 CONNECT_TIMEOUT_SECONDS = 5
+# How long a call waits for a connection of the store's pool when all are in use (seconds).
+DEFAULT_POOL_TIMEOUT = 30.0
 # How long a statement waits for a lock another connection holds, by default (seconds):
 # Postgres's lock_timeout, SQLite's busy timeout.
 DEFAULT_LOCK_TIMEOUT = 5.0
@@ -43,6 +45,13 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 Durability = Literal["full", "normal"]
 
+# Where psycopg comes from: the package is installed from a checkout or a wheel built
+# from one (it is not on a package index), with its "postgres" extra.
+POSTGRES_EXTRA = (
+    "Postgres needs the postgres extra: pip install '.[postgres]' in a checkout, or "
+    "pip install 'zerda_store-<version>-py3-none-any.whl[postgres]'"
+)
+
 # True while a unit of work that runs again whole on a dead connection checks one out: it
 # needs no liveness ping first (a round trip on every checkout).
 NO_PING: ContextVar[bool] = ContextVar("zerda_store_no_ping", default=False)
@@ -53,7 +62,7 @@ def _check_supported(url: URL) -> None:
     if backend == "postgresql" and driver != "psycopg":
         raise StoreError(
             f"the {driver} driver is not supported: use a postgresql:// or "
-            "postgresql+psycopg:// URL (pip install 'zerda-store[postgres]')"
+            f"postgresql+psycopg:// URL ({POSTGRES_EXTRA})"
         )
     if backend == "sqlite" and url.database in (None, "", ":memory:"):
         raise StoreError(
@@ -78,11 +87,14 @@ def create_store_engine(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     read_only: bool = False,
     schema: str | None = None,
+    pool_timeout: float = DEFAULT_POOL_TIMEOUT,
 ) -> Engine:
     """An engine configured for zerda_store's transactions on SQLite or Postgres; no
-    statement waits more than ``lock_timeout`` seconds for a lock. ``read_only`` opens
-    connections that cannot write; ``schema`` (Postgres) is put first on the search_path."""
+    statement waits more than ``lock_timeout`` seconds for a lock, nor more than
+    ``pool_timeout`` for a connection. ``read_only`` opens connections that cannot write;
+    ``schema`` (Postgres) is put first on the search_path."""
     driver_url, options = engine_options(url, lock_timeout, schema)
+    options["pool_timeout"] = pool_timeout
     engine = sa.create_engine(driver_url, **options)
     configure(engine, url, durability, lock_timeout, read_only, schema)
     return engine

@@ -5,19 +5,24 @@ the connection's search_path does not reach. Only reads; the errors say what was
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from ..errors import NotAStoreDatabaseError, SchemaNotCurrentError
 from .engine import Store
-from .schema import contexts, entities, turns
+from .failures import database_error
+from .schema import contexts, entities, metadata, turns
 
 # The tables every revision of zerda_store has had: a schema holding all three is ours.
 CORE_TABLES = frozenset({turns.name, entities.name, contexts.name})
+# The tables zerda_store's schema creates.
+OUR_TABLES = frozenset(metadata.tables)
 VERSION_TABLE = "alembic_version"
 SHOWN_TABLES = 8
 
@@ -50,9 +55,21 @@ class Survey:
     def has_our_tables(self) -> bool:
         return set(self.tables) >= CORE_TABLES
 
+    @property
+    def taken_names(self) -> tuple[str, ...]:
+        """Tables of another application that bear the names of zerda_store's."""
+        return tuple(table for table in self.tables if table in OUR_TABLES)
+
 
 def survey(store: Store) -> Survey:
-    """Look at the database without changing it."""
+    """Look at the database without changing it; a database error is zerda_store's."""
+    try:
+        return _survey(store)
+    except DBAPIError as exc:
+        raise database_error(store, exc) from None
+
+
+def _survey(store: Store) -> Survey:
     with store.connect() as connection:
         heads = MigrationContext.configure(connection).get_current_heads()
         revision = ",".join(heads) if heads else None
@@ -82,6 +99,13 @@ def _schemas_with_our_tables(connection: Connection) -> tuple[str, ...]:
     return tuple(connection.execute(query).scalars())
 
 
+def upgrade_command(store: Store) -> str:
+    """The command line that creates or upgrades zerda_store's schema in this store's
+    database: its URL as written, password masked, quoted for a POSIX shell."""
+    schema = f" --schema {shlex.quote(store.schema)}" if store.schema else ""
+    return f"zerda-store --database-url {shlex.quote(store.safe_url)}{schema} db upgrade"
+
+
 def _listing(tables: Sequence[str]) -> str:
     shown = ", ".join(tables[:SHOWN_TABLES])
     more = len(tables) - SHOWN_TABLES
@@ -107,13 +131,23 @@ def not_ours_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
     if not found.tables:
         return NotAStoreDatabaseError(
             f"{store.location} is not a zerda_store database (it is empty): run "
-            "`zerda-store db upgrade` (or `alembic upgrade head`) against it to create "
-            "zerda_store's tables"
+            f"`{upgrade_command(store)}` to create zerda_store's tables (in Python: "
+            "auto_migrate=True)"
         )
     return NotAStoreDatabaseError(
         f"{store.location} is not a zerda_store database (it has tables "
-        f"{_listing(found.tables)}); `zerda-store db upgrade` would add zerda_store's tables "
-        "beside them"
+        f"{_listing(found.tables)}); `{upgrade_command(store)}` would add zerda_store's "
+        "tables beside them"
+    )
+
+
+def taken_names_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
+    """Another application's tables bear the names of zerda_store's: nothing can be
+    created beside them."""
+    return NotAStoreDatabaseError(
+        f"{store.location} is not a zerda_store database: it has another application's "
+        f"tables named as zerda_store's ({_listing(found.taken_names)}); it was left "
+        "unchanged: use another database or file for zerda_store"
     )
 
 

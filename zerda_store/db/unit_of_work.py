@@ -1,5 +1,5 @@
 """The unit of work: one transaction on a pooled driver connection, run again whole when
-that is safe, with the driver's errors turned into zerda_store's.
+that is safe, with the driver's errors turned into zerda_store's (:mod:`failures`).
 
 Every write of the library runs as ``store.write(work)``: ``work`` gets a
 :class:`Transaction` and runs statements compiled beforehand (outside the transaction,
@@ -13,7 +13,6 @@ serializes them already.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,23 +22,21 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import CommitOutcomeUnknownError, ReadOnlyStoreError
-from .driver import (
-    CompiledStatement,
-    Cursor,
-    Runnable,
-    compile_statement,
-    is_lock_timeout,
-    is_read_only_refusal,
+from .driver import CompiledStatement, Cursor, Runnable, compile_statement
+from .failures import (
+    WRITE_ATTEMPTS,
+    Described,
+    LostCommit,
+    backoff,
+    failure,
+    retryable_read,
+    retryable_write,
 )
 
 logger = logging.getLogger("zerda_store.unit_of_work")
 
 T = TypeVar("T")
 S = TypeVar("S")
-WRITE_ATTEMPTS = 4
-# Postgres SQLSTATEs after which the whole transaction was rolled back and may be run again.
-_RETRYABLE_SQLSTATES = {"40P01", "40001"}
 # The first key of the session locks (advisory locks with two int4 keys, a key space apart
 # from the migrations' one bigint key); the second is the session id's hash.
 SESSION_LOCK_NAMESPACE = 0x7A657273
@@ -90,23 +87,6 @@ class Transaction:
         return self._cursor.execute_many(statement, values) if values else 0
 
 
-class LostCommit(Exception):
-    """Raised inside one attempt: the connection died during COMMIT."""
-
-    def __init__(self, error: DBAPIError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def retryable_write(error: DBAPIError) -> bool:
-    sqlstate = getattr(error.orig, "sqlstate", None)
-    return sqlstate in _RETRYABLE_SQLSTATES or error.connection_invalidated
-
-
-def retryable_read(error: DBAPIError) -> bool:
-    return error.connection_invalidated
-
-
 def write(store: Database, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
     """Run ``work`` in one write transaction, again from scratch after a deadlock, a
     serialization failure or a connection lost before the commit. A connection lost during
@@ -146,42 +126,6 @@ def locked(
     return locked_work
 
 
-def failure(
-    store: Database, error: Exception, number: int, retryable: Callable[[DBAPIError], bool]
-) -> BaseException | None:
-    """What a failed attempt number ``number`` raises (zerda_store's error for a lost
-    commit, a lock timeout or a refused write, else the driver's), or None when it runs again. Shared by
-    the sync and the async units of work."""
-    if isinstance(error, LostCommit):
-        raised: BaseException = CommitOutcomeUnknownError(
-            f"the connection to {store.safe_url} was lost during a commit: the write may "
-            "or may not be stored (pass idempotency_key= to make a retry safe)"
-        )
-        raised.__cause__ = error.error
-        return raised
-    assert isinstance(error, DBAPIError)
-    if error.orig is not None and is_lock_timeout(store.engine.dialect, error.orig):
-        raised = store.lock_timeout_error(error)
-        raised.__suppress_context__ = True
-        return raised
-    if error.orig is not None and is_read_only_refusal(store.engine.dialect, error.orig):
-        raised = ReadOnlyStoreError(
-            f"{store.location} refuses writes ({store.describe(error)}): nothing was written"
-        )
-        raised.__suppress_context__ = True
-        return raised
-    if number == WRITE_ATTEMPTS or not retryable(error):
-        return error
-    logger.warning("running a unit of work again after %s", type(error.orig).__name__)
-    return None
-
-
-def backoff(number: int) -> float:
-    """Seconds to wait before attempt ``number + 1``: two turns that just deadlocked should
-    not collide again at once."""
-    return random.uniform(0, 0.01 * 2**number)
-
-
 def _with_retries(
     store: Database, attempt: Callable[[], T], retryable: Callable[[DBAPIError], bool]
 ) -> T:
@@ -190,8 +134,6 @@ def _with_retries(
             return attempt()
         except (LostCommit, DBAPIError) as exc:
             raised = failure(store, exc, number, retryable)
-            if raised is exc:
-                raise
             if raised is not None:
                 raise raised from raised.__cause__
         time.sleep(backoff(number))
@@ -229,19 +171,9 @@ class Connections(Protocol):
     def drop_connections(self) -> None: ...
 
 
-class Database(Connections, Protocol):
+class Database(Connections, Described, Protocol):
     """What a unit of work needs of the store (:class:`engine.Store` is one): its pool,
     its compiled statements, and how its errors are told without a secret."""
-
-    @property
-    def safe_url(self) -> str: ...
-
-    @property
-    def location(self) -> str: ...
-
-    def describe(self, exc: BaseException) -> str: ...
-
-    def lock_timeout_error(self, exc: BaseException) -> BaseException: ...
 
     def statements(self, factory: Callable[[Dialect], S]) -> S: ...
 

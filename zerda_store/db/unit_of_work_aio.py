@@ -37,7 +37,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from . import unit_of_work
+from . import failures, unit_of_work
 from .unit_of_work import Database, SessionLock, Transaction
 
 T = TypeVar("T")
@@ -166,7 +166,7 @@ async def write(
             return await _spawn(connections, locked_work, write=True, snapshot=False)
         return await _on_writer(store, connections.writer, locked_work)
 
-    return await _with_retries(store, attempt, unit_of_work.retryable_write)
+    return await _with_retries(store, attempt, failures.retryable_write)
 
 
 async def read(
@@ -177,7 +177,7 @@ async def read(
     return await _with_retries(
         store,
         lambda: _spawn(connections, work, write=False, snapshot=snapshot),
-        unit_of_work.retryable_read,
+        failures.retryable_read,
     )
 
 
@@ -196,14 +196,12 @@ async def _with_retries(
     attempt: Callable[[], Awaitable[T]],
     retryable: Callable[[DBAPIError], bool],
 ) -> T:
-    for number in range(1, unit_of_work.WRITE_ATTEMPTS + 1):
+    for number in range(1, failures.WRITE_ATTEMPTS + 1):
         try:
             return await attempt()
-        except (unit_of_work.LostCommit, DBAPIError) as exc:
-            raised = unit_of_work.failure(store, exc, number, retryable)
-            if raised is exc:
-                raise
+        except (failures.LostCommit, DBAPIError) as exc:
+            raised = failures.failure(store, exc, number, retryable)
             if raised is not None:
                 raise raised from raised.__cause__
-        await asyncio.sleep(unit_of_work.backoff(number))
+        await asyncio.sleep(failures.backoff(number))
     raise AssertionError("unreachable")

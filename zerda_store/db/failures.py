@@ -1,0 +1,176 @@
+"""Which driver errors mean what, and the error zerda_store raises for each: a lost commit,
+a lock timeout, a refused write, a missing privilege, a cancelled statement, a connection
+lost on every attempt, or any other (the database's first line, its secrets masked). Shared
+by the sync and the async units of work, which run an attempt again while it may help."""
+
+from __future__ import annotations
+
+import logging
+import random
+import sqlite3
+from collections.abc import Callable
+from typing import Protocol
+
+from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.exc import DBAPIError
+
+from ..errors import (
+    CommitOutcomeUnknownError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    PermissionDeniedError,
+    ReadOnlyStoreError,
+    StatementTimeoutError,
+    StoreError,
+)
+
+logger = logging.getLogger("zerda_store.unit_of_work")
+
+WRITE_ATTEMPTS = 4
+# Postgres SQLSTATEs after which the whole transaction was rolled back and may be run again.
+_RETRYABLE_SQLSTATES = {"40P01", "40001"}
+
+
+class Described(Protocol):
+    """What telling a failure needs of the store: its dialect, and its URL and driver text
+    with every secret masked."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def safe_url(self) -> str: ...
+
+    @property
+    def location(self) -> str: ...
+
+    def describe(self, exc: BaseException) -> str: ...
+
+    def lock_timeout_error(self, exc: BaseException) -> BaseException: ...
+
+
+class LostCommit(Exception):
+    """Raised inside one attempt: the connection died during COMMIT."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def retryable_write(error: DBAPIError) -> bool:
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    return sqlstate in _RETRYABLE_SQLSTATES or error.connection_invalidated
+
+
+def retryable_read(error: DBAPIError) -> bool:
+    return error.connection_invalidated
+
+
+def failure(
+    store: Described, error: Exception, number: int, retryable: Callable[[DBAPIError], bool]
+) -> BaseException | None:
+    """What a failed attempt number ``number`` raises (always a :class:`StoreError`), or
+    None when it runs again. Shared by the sync and the async units of work."""
+    if isinstance(error, LostCommit):
+        raised: BaseException = CommitOutcomeUnknownError(
+            f"the connection to {store.safe_url} was lost during a commit: the write may "
+            "or may not be stored (pass idempotency_key= to make a retry safe)"
+        )
+        raised.__cause__ = error.error
+        return raised
+    assert isinstance(error, DBAPIError)
+    if error.orig is not None and is_lock_timeout(store.engine.dialect, error.orig):
+        raised = store.lock_timeout_error(error)
+        raised.__suppress_context__ = True
+        return raised
+    if error.orig is not None and is_read_only_refusal(store.engine.dialect, error.orig):
+        raised = ReadOnlyStoreError(
+            f"{store.location} refuses writes ({store.describe(error)}): nothing was written"
+        )
+        raised.__suppress_context__ = True
+        return raised
+    if number == WRITE_ATTEMPTS or not retryable(error):
+        return database_error(store, error)
+    logger.warning("running a unit of work again after %s", type(error.orig).__name__)
+    return None
+
+
+def database_error(store: Described, error: DBAPIError) -> StoreError:
+    """zerda_store's one-line error for a driver error that is not run again: a missing
+    privilege, a statement the server cancelled, a connection lost on every attempt, or
+    any other (the database's first line, its secrets masked). Nothing of the failed
+    unit of work was stored: its transaction rolled back."""
+    detail = store.describe(error)
+    orig = error.orig if error.orig is not None else error
+    raised: StoreError
+    if is_permission_denied(orig):
+        raised = PermissionDeniedError(
+            f"the database role of {store.safe_url} lacks a privilege zerda_store needs "
+            f"({detail}): GRANT it SELECT, INSERT, UPDATE, DELETE on zerda_store's tables and "
+            "USAGE on their sequences; nothing was written"
+        )
+    elif is_statement_cancelled(orig):
+        raised = StatementTimeoutError(
+            f"{store.safe_url} cancelled a statement ({detail}): the role's or database's "
+            "statement_timeout ran out, or an operator cancelled it; nothing of this call was "
+            "stored (raise statement_timeout, or find what holds the statement up)"
+        )
+    elif error.connection_invalidated:
+        raised = DatabaseUnavailableError(
+            f"lost the connection to {store.safe_url} on every attempt ({detail})"
+        )
+    else:
+        raised = DatabaseError(f"database error on {store.location}: {detail}")
+    raised.__suppress_context__ = True
+    return raised
+
+
+def backoff(number: int) -> float:
+    """Seconds to wait before attempt ``number + 1``: two turns that just deadlocked should
+    not collide again at once."""
+    return random.uniform(0, 0.01 * 2**number)
+
+
+# SQLite's code for "the database is locked" (the busy timeout ran out).
+_SQLITE_BUSY = 5
+
+
+def is_lock_timeout(dialect: Dialect, error: BaseException) -> bool:
+    """True when the driver gave up waiting for a lock: Postgres's ``lock_timeout``
+    (SQLSTATE 55P03) or SQLite's busy timeout."""
+    if dialect.name == "postgresql":
+        return getattr(error, "sqlstate", None) == "55P03"
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    return code == _SQLITE_BUSY or (code is None and "database is locked" in str(error))
+
+
+# SQLite's primary code for a write the file or connection does not allow.
+_SQLITE_READONLY = 8
+# Postgres's SQLSTATE for a write in a read-only transaction.
+_PG_READ_ONLY_TRANSACTION = "25006"
+
+
+def is_read_only_refusal(dialect: Dialect, error: BaseException) -> bool:
+    """True when the database refused a write because the connection or file is read-only."""
+    if dialect.name == "postgresql":
+        return getattr(error, "sqlstate", None) == _PG_READ_ONLY_TRANSACTION
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(error, sqlite3.Error) and code is not None and code & 0xFF == _SQLITE_READONLY
+
+
+# Postgres's SQLSTATEs for a missing privilege and for a statement the server cancelled
+# (statement_timeout, or pg_cancel_backend).
+_PG_INSUFFICIENT_PRIVILEGE = "42501"
+_PG_QUERY_CANCELED = "57014"
+
+
+def is_permission_denied(error: BaseException) -> bool:
+    """True when the database role lacks a privilege the statement needs (Postgres)."""
+    return getattr(error, "sqlstate", None) == _PG_INSUFFICIENT_PRIVILEGE
+
+
+def is_statement_cancelled(error: BaseException) -> bool:
+    """True when the server cancelled the statement: ``statement_timeout`` (Postgres)."""
+    return getattr(error, "sqlstate", None) == _PG_QUERY_CANCELED
