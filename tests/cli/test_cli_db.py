@@ -133,7 +133,7 @@ def test_a_postgres_database_behind_head_is_refused_with_the_command_to_run(post
         ["export", "--session", "acme", "-o", "-"],
     ):
         line = one_line_error(invoke(postgres_url, *command))
-        assert "zerda-store db upgrade" in line, command
+        assert "zerda-store --database-url " in line and "db upgrade`" in line, command
         assert previous in line
 
     # refusing did not upgrade it behind the operator's back
@@ -150,7 +150,7 @@ def test_a_sqlite_file_behind_head_is_read_as_is_by_no_command_and_upgrades_on_f
     first = revisions()[0]
     succeeded(invoke(sqlite_url, "db", "upgrade", first))
     line = one_line_error(invoke(sqlite_url, "sessions", "--json"))
-    assert "zerda-store db upgrade" in line
+    assert "zerda-store --database-url " in line and "db upgrade`" in line
     assert first in line
     assert succeeded(invoke(sqlite_url, "db", "current")).stdout.strip() == (
         f"{first} (head is {HEAD})"

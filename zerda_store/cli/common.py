@@ -124,8 +124,9 @@ class Context:
         return memory
 
     def repository(self) -> AdminRepository:
-        """The operators' queries on a database that may be created or migrated first."""
-        migrate.ensure_schema(self.store, auto_migrate=None)
+        """The operators' queries on a database that may be created (on any backend) or
+        migrated (on SQLite) first."""
+        migrate.prepare_for_new_data(self.store)
         return AdminRepository(self.store)
 
     def close(self) -> None:

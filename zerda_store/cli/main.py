@@ -289,7 +289,9 @@ def forget(obj: Context, name: str, session_id: str, with_turns: bool, as_json: 
 @main.command()
 @click.pass_obj
 def demo(obj: Context) -> None:
-    """Run a short scripted CRM conversation and show what the memory recalls."""
+    """Run a short scripted CRM conversation and show what the memory recalls (the schema
+    is created first in an empty database)."""
+    migrate.prepare_for_new_data(obj.store)
     run_demo(obj.store, print_text)
 
 
@@ -342,7 +344,8 @@ def models_download(lang: str, stanza_dir: str | None) -> None:
         import stanza
     except ImportError:
         raise click.ClickException(
-            "stanza is not installed: pip install 'zerda-store[stanza]'"
+            "stanza is not installed: pip install '.[stanza]' in a checkout (or the wheel "
+            "with its [stanza] extra)"
         ) from None
     options: dict[str, Any] = {"processors": "tokenize,ner"}
     if stanza_dir:

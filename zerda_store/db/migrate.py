@@ -36,6 +36,7 @@ from .survey import (
     survey,
     taken_names_error,
     unknown_revision_error,
+    upgrade_command,
 )
 
 # Any constant will do; it only has to be the same in every process that migrates.
@@ -271,7 +272,19 @@ def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = Tru
                 raise SchemaNotCurrentError(
                     f"the database schema of {store.safe_url} is at revision {found.revision}, "
                     f"this version of zerda_store needs {head_revision()}: run "
-                    "`zerda-store db upgrade` (or `alembic upgrade head`) against it first"
+                    f"`{upgrade_command(store)}` first"
                 )
             upgrade(store)
         store.schema_checked = True
+
+
+def prepare_for_new_data(store: Store) -> None:
+    """For the commands that bring data in (``demo``, ``import``, ``copy``'s destination):
+    create zerda_store's schema in an empty database on any backend, as ``db upgrade``
+    would; otherwise as :func:`ensure_schema` with the backend's default (an older schema
+    upgrades itself on SQLite only; a database holding other tables is refused)."""
+    if not (store.schema_checked or store.read_only):
+        found = survey(store)
+        if found.revision is None and not found.tables and not found.elsewhere:
+            upgrade(store)
+    ensure_schema(store, auto_migrate=None)
