@@ -21,7 +21,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 
 # Runs inside the released environment: one command per line ("save NAME", "load NAME",
 # "entities"), one JSON answer per line. Its LLM names whatever the command names.
-SERVER = r'''
+SERVER = r"""
 import json, sys
 from zerda_store import ConversationEntityMemory
 
@@ -47,7 +47,7 @@ for line in sys.stdin:
     except Exception as exc:
         answer = {"error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(answer, ensure_ascii=False), flush=True)
-'''
+"""
 
 
 def released_python() -> Path:
