@@ -30,7 +30,7 @@ from .common import (
     session_option,
     when,
 )
-from .db import distribute, print_upgrade
+from .db import distribute, print_upgrade, rekey
 from .demo import run_demo
 from .identity import alias, merge, merges, similar, unmerge
 from .retention import prune, retention
@@ -89,6 +89,7 @@ def db() -> None:
 
 
 db.add_command(distribute)
+db.add_command(rekey)
 
 
 @db.command("upgrade")
