@@ -101,7 +101,11 @@ def _alter_entities(change: str) -> None:
         op.add_column("entities", sa.Column("core_key", sa.Text(), nullable=True))
         _rekey_sessions()
         with op.batch_alter_table("entities", recreate=recreate) as batch:
-            batch.alter_column("core_key", existing_type=sa.Text(), nullable=False)
+            # Empty for the entities the previous release saves while both releases run;
+            # `zerda-store db rekey` gives them their keys and cores.
+            batch.alter_column(
+                "core_key", existing_type=sa.Text(), nullable=False, server_default=""
+            )
             batch.create_index("ix_entities_session_id_core_key", ["session_id", "core_key"])
     else:
         with op.batch_alter_table("entities", recreate=recreate) as batch:

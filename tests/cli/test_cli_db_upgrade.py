@@ -67,7 +67,9 @@ def test_db_downgrade_the_older_version_could_not_read_is_one_line_saying_what_t
             with ConversationEntityMemory.for_session(store, "crm", llm=llm) as memory:
                 memory.save_context({"input": name}, {"output": "ok"})
 
-    error = one_line_error(invoke(empty_database_url, "db", "downgrade", RELEASED_REVISION))
+    error = one_line_error(
+        invoke(empty_database_url, "db", "downgrade", RELEASED_REVISION, "--yes")
+    )
 
     assert "cannot tell 'Bill' and 'bill' of session 'crm' apart" in error
     assert "merge or forget one" in error

@@ -111,7 +111,7 @@ def test_a_mistyped_sqlite_path_is_one_line_and_creates_nothing(tmp_path):
 
 def test_reading_commands_do_not_migrate_an_old_zerda_store_database(database_url, tmp_path):
     url = database_url
-    succeeded(invoke(url, "db", "downgrade", "0003"))
+    succeeded(invoke(url, "db", "downgrade", "0003", "--yes"))
     for command in reading_commands(tmp_path):
         if command[:2] == ["db", "current"]:
             assert succeeded(invoke(url, *command)).stdout.startswith("0003 (head is ")

@@ -154,6 +154,14 @@ def _scrubbed(ctx: click.Context, message: str) -> str:
     return ctx.obj.scrub(message) if isinstance(ctx.obj, Context) else message
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 entity``, ``2 entities``, ``0 turns``: a count with its noun agreeing."""
+    if count == 1:
+        return f"1 {noun}"
+    many = f"{noun[:-1]}ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else f"{noun}s"
+    return f"{count} {many}"
+
+
 def when(timestamp: float | None) -> str:
     if timestamp is None:
         return "-"

@@ -29,10 +29,11 @@ from .common import (
     session_option,
     when,
 )
-from .db import db
+from .db import distribute, print_upgrade, rekey
 from .demo import run_demo
 from .identity import alias, merge, merges, similar, unmerge
 from .retention import prune, retention
+from .schema import db_check, db_current, db_downgrade
 from .transfer import copy, export_command, import_command
 
 # More snippets than an operator reads; a bound also keeps numbers beyond the databases'
@@ -75,9 +76,49 @@ for command in (
     merge,
     unmerge,
     merges,
-    db,
 ):
     main.add_command(command)
+
+
+# -- schema -----------------------------------------------------------------------------
+
+
+@main.group()
+def db() -> None:
+    """Manage the database schema (Alembic migrations)."""
+
+
+for db_command in (distribute, db_downgrade, db_current, db_check, rekey):
+    db.add_command(db_command)
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+@click.option(
+    "--assume-normalized",
+    "normalized",
+    multiple=True,
+    metavar="SESSION",
+    help="A session whose records do not tell how it was keyed was written with "
+    "normalize_names=True: re-key it (default: keep its keys, as exact). Repeatable.",
+)
+@click.option(
+    "--assume-all-normalized", is_flag=True, help="As --assume-normalized for every session."
+)
+@json_option
+@click.pass_obj
+def db_upgrade(
+    obj: Context,
+    revision: str,
+    normalized: tuple[str, ...],
+    assume_all_normalized: bool,
+    as_json: bool,
+) -> None:
+    """Upgrade the schema to REVISION (default: head); print the merges it made, each with
+    the command that undoes it."""
+    assumed = True if assume_all_normalized else set(normalized)
+    report = migrate.upgrade(obj.store, revision, assume_normalized=assumed)
+    print_upgrade(report, migrate.current_revision(obj.store), as_json)
 
 
 # -- inspection ---------------------------------------------------------------------------

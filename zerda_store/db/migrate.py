@@ -79,6 +79,27 @@ def known_revisions() -> frozenset[str]:
     return frozenset(revision.revision for revision in script.walk_revisions())
 
 
+def downgrade_steps(store: Store, revision: str) -> list[tuple[str, str]]:
+    """The revisions a downgrade of the database to ``revision`` undoes, newest first, each
+    with its file's slug (``0005``, ``retention``); nothing is changed."""
+    current = require_store_database(store)
+    script = ScriptDirectory.from_config(alembic_config())
+    walked = list(script.walk_revisions(base="base", head=current))
+    if revision.startswith("-") and revision[1:].isdigit():
+        undone = walked[: int(revision[1:])]
+    elif revision == "base":
+        undone = walked
+    else:
+        target = script.get_revision(revision)
+        if target is None:
+            raise SchemaNotCurrentError(f"no revision {revision!r} to downgrade to")
+        ids = [step.revision for step in walked]
+        undone = walked[: ids.index(target.revision)] if target.revision in ids else []
+    return [
+        (step.revision, Path(step.path).stem.partition("_")[2].replace("_", " ")) for step in undone
+    ]
+
+
 def current_revision(store: Store) -> str | None:
     """The database's revision, or None for a database Alembic never touched."""
     with store.connect() as connection:
