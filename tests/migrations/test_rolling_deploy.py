@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import invoke, json_of
+from tests.doubles import FixedLLM
 from tests.migrations.released import released_database, rows
 from tests.migrations.released_process import ReleasedServer
-from tests.support import FixedLLM
 from zerda_store import ConversationEntityMemory, Store, migrate
 
 pytestmark = pytest.mark.slow
