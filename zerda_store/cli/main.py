@@ -24,7 +24,7 @@ from .common import (
     session_option,
     when,
 )
-from .db import distribute, print_upgrade
+from .db import distribute, print_upgrade, rekey
 from .demo import run_demo
 from .extraction import models, reextract
 from .identity import alias, merge, merges, similar, unmerge
@@ -87,7 +87,7 @@ def db() -> None:
     """Manage the database schema (Alembic migrations)."""
 
 
-for db_command in (distribute, db_downgrade, db_current, db_check):
+for db_command in (distribute, db_downgrade, db_current, db_check, rekey):
     db.add_command(db_command)
 
 
