@@ -84,6 +84,17 @@ class AdminRepository:
             )
         return summaries
 
+    def row_counts(self, session_ids: Iterable[str]) -> int:
+        """How many records an export of these sessions holds (turns, entities, snippets,
+        aliases): the total of a progress bar, counted in one snapshot per table."""
+        wanted = list(session_ids)
+        total = 0
+        with self.store.query() as connection:
+            for table in (turns, entities, contexts, entity_aliases):
+                counted = sa.select(sa.func.count()).where(table.c.session_id.in_(wanted))
+                total += connection.execute(counted).scalar_one() if wanted else 0
+        return total
+
     def entity_summaries(self, session_id: str) -> list[EntitySummary]:
         """The session's entities with their snippet counts, in first-seen order."""
         counts = (
@@ -263,11 +274,12 @@ class AdminRepository:
         self,
         target: Store,
         session_ids: Iterable[str] | None = None,
-        progress: Callable[[Iterable[str]], Iterable[str]] = lambda ids: ids,
+        rows: Callable[[Iterable[dict[str, Any]]], Iterable[dict[str, Any]]] = lambda r: r,
     ) -> CopyReport:
         """Copy sessions (default: all) into ``target``, each in one transaction. Sessions
         that already hold data there are skipped, so an interrupted copy can be run again,
-        and two copies running at once store each session once."""
+        and two copies running at once store each session once. ``rows`` wraps each
+        session's records as they stream (a progress bar counts them)."""
         ids = (
             list(session_ids)
             if session_ids is not None
@@ -275,10 +287,12 @@ class AdminRepository:
         )
         destination = AdminRepository(target)
         copied = skipped = 0
-        for session_id in progress(ids):
+        for session_id in ids:
             try:
                 destination.import_session(
-                    session_id, _Export(self, session_id), key_rules=self.key_rules(session_id)
+                    session_id,
+                    rows(_Export(self, session_id)),
+                    key_rules=self.key_rules(session_id),
                 )
             except SessionNotEmptyError:
                 skipped += 1

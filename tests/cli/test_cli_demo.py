@@ -65,3 +65,19 @@ def test_demo_on_an_empty_database_creates_the_schema(empty_database_url):
     assert out.startswith("A new, empty memory.")
     assert summary(out) == (5, 3, 6)
     assert "(head)" in succeeded(invoke(empty_database_url, "db", "current")).stdout
+
+
+def test_demo_json_says_what_each_run_stored(empty_database_url):
+    first = json_of(invoke(empty_database_url, "demo", "--json"))
+    second = json_of(invoke(empty_database_url, "demo", "--json"))
+
+    assert first["stored_now"] == ["demo-turn-1", "demo-turn-2", "demo-turn-3"]
+    assert (first["earlier_turns"], first["entities"], first["turns"], first["snippets"]) == (
+        0,
+        5,
+        3,
+        6,
+    )
+    assert second["stored_now"] == []
+    assert (second["earlier_turns"], second["turns"], second["snippets"]) == (3, 3, 6)
+    assert second["recalled"] == first["recalled"]

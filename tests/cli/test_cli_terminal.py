@@ -111,7 +111,7 @@ def test_the_forget_receipt_escapes_the_name(hostile):
     output = terminal_output(hostile, "forget", NAME, "--session", SESSION)
 
     assert_safe(output)
-    assert output.startswith(f"forgot '{shown(NAME)}': 1 entities, 1 snippets")
+    assert output.startswith(f"forgot '{shown(NAME)}': 1 entity, 1 snippet")
 
 
 def test_json_output_keeps_the_stored_text_exactly(hostile):
