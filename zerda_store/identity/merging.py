@@ -20,16 +20,11 @@ from typing import Any
 
 from ..db.unit_of_work import Transaction
 from ..errors import StoreError
-from ..model.names import UNKNOWN_TYPE
+from ..model.names import UNKNOWN_TYPE, held_apart_key
 from .statements import CONTEXT_COLUMNS, ENTITY_COLUMNS, IdentityStatements
 
 MANUAL = "manual"
 KEY_RULES_REASON = "key rules"
-# Where an entity that an upgrade's merge (reason "key rules") took in comes back when its
-# old key is another entity's now (the new rules made the two keys one): a key no rule
-# makes (names hold no control characters), so that mentions of either name still go to
-# the entity holding the key, and the one brought back keeps its own snippets.
-HELD_APART = "\x02apart "
 # Fields of the kept entity that a merge may change, and an unmerge puts back.
 _KEPT_FIELDS = ("name", "entity_type", "first_seen", "last_seen", "first_turn_id", "first_position")
 
@@ -178,7 +173,8 @@ def unmerge(
         statements.entity_by_key, {"session_id": logged.session_id, "key": merged["name_key"]}
     )
     if taken and logged.reason == KEY_RULES_REASON:
-        held = f"{HELD_APART}{merged['id']}"
+        # The new rules made the two keys one: it comes back held apart.
+        held = held_apart_key(merged["id"])
         merged = {**merged, "name_key": held, "core_key": held}
     elif taken:
         raise MergeError(
