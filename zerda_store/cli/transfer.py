@@ -75,7 +75,7 @@ def import_command(
     with _file_errors(file), _readable(file) as path:
         export = ExportFile(path)
         checked = export.check(allow_unverified=unverified)
-        repository = obj.repository()
+        repository = obj.importing_repository()
         with row_bar("import", sum(checked.counts.values())) as bar:
             counts = repository.import_session(
                 session_id, bar.counted(export), merge=merge, key_rules=file_key_rules(checked)
