@@ -124,8 +124,14 @@ class Context:
         return memory
 
     def repository(self) -> AdminRepository:
-        """The operators' queries on a database that may be created (on any backend) or
-        migrated (on SQLite) first."""
+        """The operators' queries on a database that may be created or migrated first (as
+        the Python API does: by default on SQLite only)."""
+        migrate.ensure_schema(self.store, auto_migrate=None)
+        return AdminRepository(self.store)
+
+    def importing_repository(self) -> AdminRepository:
+        """The operators' queries for bringing data in: an empty database of either
+        backend gets zerda_store's schema first (:func:`migrate.prepare_for_new_data`)."""
         migrate.prepare_for_new_data(self.store)
         return AdminRepository(self.store)
 

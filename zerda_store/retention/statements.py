@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 from ..db.driver import CompiledStatement
-from ..db.schema import contexts, entities, retention_policies, turns
+from ..db.schema import contexts, entities, in_same_session, retention_policies, turns
 from ..db.sql import Statements, dialect_insert, param, session_param
 from .policy import cutoff_case
 
@@ -23,17 +23,25 @@ class PruneStatements(Statements):
 
     def __init__(self, dialect: Dialect) -> None:
         super().__init__(dialect)
+        # Every statement names the session of each table it reads, subqueries too: Citus
+        # then runs it on the session's shard alone.
         in_session = turns.c.session_id == session_param()
+        snippets_in_session = contexts.c.session_id == session_param()
+        entities_in_session = entities.c.session_id == session_param()
         old_turns = _limited(
             sa.select(turns.c.id)
             .where(in_session, turns.c.created_at < param("turn_cutoff", sa.Double))
             .order_by(turns.c.id)
         )
         self.count_turn_snippets = self.compiled(
-            sa.select(sa.func.count().label("count")).where(contexts.c.turn_id.in_(old_turns))
+            sa.select(sa.func.count().label("count")).where(
+                snippets_in_session, contexts.c.turn_id.in_(old_turns)
+            )
         )
-        self.delete_old_turns = self.compiled(turns.delete().where(turns.c.id.in_(old_turns)))
-        of_entity = contexts.c.entity_id == param("entity_id")
+        self.delete_old_turns = self.compiled(
+            turns.delete().where(in_session, turns.c.id.in_(old_turns))
+        )
+        of_entity = sa.and_(snippets_in_session, contexts.c.entity_id == param("entity_id"))
         self.boundary = self.compiled(
             sa.select(contexts.c.turn_seq, contexts.c.id)
             .where(of_entity)
@@ -49,31 +57,36 @@ class PruneStatements(Statements):
         )
         self.delete_beyond = self.compiled(
             contexts.delete().where(
+                snippets_in_session,
                 contexts.c.id.in_(
                     _limited(
                         sa.select(contexts.c.id)
                         .where(of_entity, at_or_before)
                         .order_by(contexts.c.turn_seq, contexts.c.id)
                     )
-                )
+                ),
             )
         )
         self.entity_page = self.compiled(
             sa.select(entities.c.id, entities.c.entity_type)
-            .where(entities.c.session_id == session_param(), entities.c.id > param("after"))
+            .where(entities_in_session, entities.c.id > param("after"))
             .order_by(entities.c.id)
             .limit(param("limit"))
         )
-        has_snippet = sa.exists().where(contexts.c.entity_id == entities.c.id)
+        has_snippet = sa.exists().where(
+            snippets_in_session,
+            in_same_session(contexts.c.entity_id, entities.c.id),
+        )
         self.delete_orphans = self.compiled(
             entities.delete().where(
+                entities_in_session,
                 entities.c.id.in_(
                     _limited(
                         sa.select(entities.c.id)
-                        .where(entities.c.session_id == session_param(), ~has_snippet)
+                        .where(entities_in_session, ~has_snippet)
                         .order_by(entities.c.id)
                     )
-                )
+                ),
             )
         )
 
@@ -83,14 +96,21 @@ class PruneStatements(Statements):
         def build() -> CompiledStatement:
             old = (
                 sa.select(contexts.c.id)
-                .join(entities, entities.c.id == contexts.c.entity_id)
+                .join(
+                    entities,
+                    in_same_session(entities.c.id, contexts.c.entity_id),
+                )
                 .where(
                     contexts.c.session_id == session_param(),
                     contexts.c.created_at < cutoff_case(entities.c.entity_type, types),
                 )
                 .order_by(contexts.c.id)
             )
-            return self.compiled(contexts.delete().where(contexts.c.id.in_(_limited(old))))
+            return self.compiled(
+                contexts.delete().where(
+                    contexts.c.session_id == session_param(), contexts.c.id.in_(_limited(old))
+                )
+            )
 
         return self.per_count(types, build)
 

@@ -10,7 +10,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..db.engine import Store
-from ..db.schema import contexts, entities, entity_aliases, extractions, turns
+from ..db.schema import (
+    contexts,
+    entities,
+    entity_aliases,
+    extractions,
+    in_same_session,
+    turns,
+)
 from ..turns.history import PAGE_SIZE
 
 
@@ -34,7 +41,10 @@ def export_session(store: Store, session_id: str) -> Iterator[dict[str, Any]]:
             extractions.c.attempts,
             extractions.c.updated_at,
         )
-        .outerjoin(extractions, extractions.c.turn_id == turns.c.id)
+        .outerjoin(
+            extractions,
+            in_same_session(extractions.c.turn_id, turns.c.id),
+        )
         .where(turns.c.session_id == session_id)
         .order_by(turns.c.id)
     )
@@ -51,7 +61,10 @@ def export_session(store: Store, session_id: str) -> Iterator[dict[str, Any]]:
             contexts.c.turn_seq,
             contexts.c.text,
         )
-        .join(entities, entities.c.id == contexts.c.entity_id)
+        .join(
+            entities,
+            in_same_session(entities.c.id, contexts.c.entity_id),
+        )
         .where(contexts.c.session_id == session_id)
         .order_by(
             entities.c.first_turn_id,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from ..db.engine import Store
 from ..db.unit_of_work import Transaction
@@ -19,10 +19,8 @@ from ..model.names import FOLD_V1, KEY_RULES, KeyRules
 from ..model.records import EntityRecord, Mention, SessionStats
 from ..retention.policy import Visibility
 from .history import PAGE_SIZE, TurnHistory
-from .rows import entity_record
+from .rows import entity_record, newest, recalled
 from .statements import TurnStatements
-
-T = TypeVar("T")
 
 
 class Reads(TurnHistory):
@@ -174,7 +172,7 @@ class Reads(TurnHistory):
             rows = transaction.run(self._visible.recent_contexts, values)[::-1]
         cutoff = visible.cutoff_of(entity_type)
         texts = [row.text for row in rows if row.created_at >= cutoff]
-        return _newest(texts, visible.keep_last(entity_type))
+        return newest(texts, visible.keep_last(entity_type))
 
     def recent_contexts(
         self,
@@ -206,7 +204,8 @@ class Reads(TurnHistory):
             found = self._details(transaction, session_id, key, limit, visible)
             if found is None:
                 return None
-            aliases = transaction.run(self._identity.aliases_of, {"entity_id": found[0].id})
+            values = {"session_id": session_id, "entity_id": found[0].id}
+            aliases = transaction.run(self._identity.aliases_of, values)
             return (*found, [row.alias for row in aliases])
 
         return work
@@ -316,34 +315,6 @@ class Reads(TurnHistory):
             return SessionStats(len(counts), messages, snippets)
 
         return work
-
-
-def recalled(
-    rows: list[Any], unique: list[str], visible: Visibility | None
-) -> list[tuple[EntityRecord, list[str]]]:
-    """Recall rows grouped by entity, in the order of the keys, snippets oldest first;
-    under a policy, only the snippets that show."""
-    if visible is not None:
-        rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
-    position = {key: i for i, key in enumerate(unique)}
-    rows.sort(key=lambda row: (position[row.name_key], row.turn_seq, row.context_id))
-    grouped: dict[str, tuple[EntityRecord, list[str]]] = {}
-    for row in rows:
-        entry = grouped.get(row.name_key)
-        if entry is None:
-            entry = grouped[row.name_key] = (entity_record(row), [])
-        entry[1].append(row.text)
-    if visible is not None:
-        return [
-            (entity, _newest(texts, visible.keep_last(entity.entity_type)))
-            for entity, texts in grouped.values()
-        ]
-    return list(grouped.values())
-
-
-def _newest(items: list[T], keep: int | None) -> list[T]:
-    """The last ``keep`` of ``items`` (all of them for None)."""
-    return items if keep is None or len(items) <= keep else items[len(items) - keep :]
 
 
 def _capped(count: int, keep: int | None) -> int:

@@ -113,6 +113,7 @@ class Repository(Reads):
             values = {
                 "session_id": rows[0].session_id,
                 "entity_id": entity_id,
+                "turn_seq": rows[0].newest_turn,
                 "text": text,
                 "created_at": at,
             }

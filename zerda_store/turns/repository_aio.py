@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from ..model.records import EntityRecord, Mention, NewTurn, SessionStats
 from ..retention.policy import Visibility
-from .reads import recalled
 from .repository import Repository
+from .rows import recalled
 
 
 class AsyncRepository:

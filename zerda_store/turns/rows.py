@@ -7,9 +7,12 @@ Builders give exactly the columns :func:`schema.insert_columns` derives from the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from ..model.records import EntityRecord, NewTurn, Outcome, PendingTurn, TurnRecord
+from ..retention.policy import Visibility
+
+T = TypeVar("T")
 
 
 def turn_row(
@@ -141,3 +144,31 @@ def turn_record(row: Any) -> TurnRecord:
 
 def pending_turn(row: Any) -> PendingTurn:
     return PendingTurn(row.id, row.session_id, row.input_text, row.output_text, row.created_at)
+
+
+def recalled(
+    rows: list[Any], unique: list[str], visible: Visibility | None
+) -> list[tuple[EntityRecord, list[str]]]:
+    """Recall rows grouped by entity, in the order of the keys, snippets oldest first;
+    under a policy, only the snippets that show."""
+    if visible is not None:
+        rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
+    position = {key: i for i, key in enumerate(unique)}
+    rows.sort(key=lambda row: (position[row.name_key], row.turn_seq, row.context_id))
+    grouped: dict[str, tuple[EntityRecord, list[str]]] = {}
+    for row in rows:
+        entry = grouped.get(row.name_key)
+        if entry is None:
+            entry = grouped[row.name_key] = (entity_record(row), [])
+        entry[1].append(row.text)
+    if visible is not None:
+        return [
+            (entity, newest(texts, visible.keep_last(entity.entity_type)))
+            for entity, texts in grouped.values()
+        ]
+    return list(grouped.values())
+
+
+def newest(items: list[T], keep: int | None) -> list[T]:
+    """The last ``keep`` of ``items`` (all of them for None)."""
+    return items if keep is None or len(items) <= keep else items[len(items) - keep :]

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from ..db.schema import contexts, entities, turns
+from ..db.schema import contexts, entities, in_same_session, turns
 from ..db.sql import Statements, param, session_param
 from ..retention.policy import cutoff_case
 from .queries import FIRST_SEEN_ORDER, TurnReads
@@ -53,9 +53,13 @@ class VisibleQueries(Statements):
 
 class _TypedReads:
     def __init__(self, compiled: Any, count: int) -> None:
+        # The session as a constant in the subquery too: Citus routes it to one shard then.
         has_visible = (
             sa.exists()
-            .where(contexts.c.entity_id == entities.c.id)
+            .where(
+                contexts.c.session_id == session_param(),
+                in_same_session(contexts.c.entity_id, entities.c.id),
+            )
             .where(contexts.c.created_at >= cutoff_case(entities.c.entity_type, count))
         )
         in_session = entities.c.session_id == session_param()
@@ -76,7 +80,10 @@ class _TypedReads:
         self.snippet_counts = compiled(
             sa.select(entities.c.entity_type, sa.func.count().label("count"))
             .select_from(contexts)
-            .join(entities, entities.c.id == contexts.c.entity_id)
+            .join(
+                entities,
+                in_same_session(entities.c.id, contexts.c.entity_id),
+            )
             .where(
                 contexts.c.session_id == session_param(),
                 contexts.c.created_at >= cutoff_case(entities.c.entity_type, count),
