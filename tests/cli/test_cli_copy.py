@@ -57,7 +57,7 @@ def sqlite_source(sqlite_url) -> str:
 def test_copy_one_session_then_the_rest_then_nothing(sqlite_source, postgres_url):
     one = succeeded(copy(sqlite_source, postgres_url, "--session", "globex"))
 
-    assert one.stdout.strip() == "copied 1 sessions, skipped 0 already present"
+    assert one.stdout.strip() == "copied 1 session, skipped 0 already present"
     assert [r["session_id"] for r in json_of(invoke(postgres_url, "sessions", "--json"))] == [
         "globex"
     ]
@@ -101,20 +101,35 @@ def test_copy_of_a_missing_session_fails_in_one_line(sqlite_source, tmp_path):
     assert not (tmp_path / "target.db").exists()
 
 
+def test_copy_into_an_empty_database_creates_the_schema_there(empty_database_url, tmp_path):
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    populate(url_maker(source))
+
+    result = succeeded(copy(source, empty_database_url))
+
+    assert result.stdout.strip().startswith("copied 3 sessions")
+    assert_same_sessions(source, empty_database_url)
+    revision = succeeded(invoke(empty_database_url, "db", "current")).stdout
+    assert "(head)" in revision
+
+
 @pytest.mark.postgres
-def test_copy_into_a_postgres_database_without_the_schema_says_what_to_run(
+def test_copy_into_another_applications_postgres_database_names_the_target_to_upgrade(
     sqlite_source, postgres_admin
 ):
     target, drop = _new_postgres_database(postgres_admin)
+    engine = sa.create_engine(target)
     try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("CREATE TABLE invoices (id integer)")
         line = one_line_error(copy(sqlite_source, target))
-        assert "zerda-store db upgrade" in line
-        engine = sa.create_engine(target)
-        try:
-            assert sa.inspect(engine).get_table_names() == []
-        finally:
-            engine.dispose()
+        shown = sa.make_url(target).render_as_string(hide_password=True)
+        assert f"--database-url {shown}" in line.replace("'", "")
+        assert "db upgrade" in line
+        assert sqlite_source not in line
+        assert sa.inspect(engine).get_table_names() == ["invoices"]
     finally:
+        engine.dispose()
         drop()
 
 
@@ -123,3 +138,13 @@ def test_copy_to_an_unreachable_database_fails_without_the_password(sqlite_sourc
     line = one_line_error(result)
     assert "cannot connect" in line
     assert "secret" not in result.output
+
+
+def test_copy_prints_a_json_receipt(sqlite_source, tmp_path):
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+
+    first = json_of(copy(sqlite_source, target, "--json"))
+    again = json_of(copy(sqlite_source, target, "--json"))
+
+    assert first == {"copied": 3, "skipped": 0}
+    assert again == {"copied": 0, "skipped": 3}

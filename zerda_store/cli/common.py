@@ -124,8 +124,15 @@ class Context:
         return memory
 
     def repository(self) -> AdminRepository:
-        """The operators' queries on a database that may be created or migrated first."""
+        """The operators' queries on a database that may be created or migrated first (as
+        the Python API does: by default on SQLite only)."""
         migrate.ensure_schema(self.store, auto_migrate=None)
+        return AdminRepository(self.store)
+
+    def importing_repository(self) -> AdminRepository:
+        """The operators' queries for bringing data in: an empty database of either
+        backend gets zerda_store's schema first (:func:`migrate.prepare_for_new_data`)."""
+        migrate.prepare_for_new_data(self.store)
         return AdminRepository(self.store)
 
     def close(self) -> None:
@@ -151,6 +158,14 @@ class Group(click.Group):
 
 def _scrubbed(ctx: click.Context, message: str) -> str:
     return ctx.obj.scrub(message) if isinstance(ctx.obj, Context) else message
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 entity``, ``2 entities``, ``0 turns``: a count with its noun agreeing."""
+    if count == 1:
+        return f"1 {noun}"
+    many = f"{noun[:-1]}ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else f"{noun}s"
+    return f"{count} {many}"
 
 
 def when(timestamp: float | None) -> str:

@@ -1,17 +1,21 @@
-"""``db distribute``, thin over :mod:`distribution`, and what ``db upgrade`` says about the
-data it changed (both registered on the ``db`` group by :mod:`cli`)."""
+"""``db distribute``, thin over :mod:`distribution`; ``db rekey``, thin over
+:mod:`identity.rekeying`; and what ``db upgrade`` and ``db rekey`` say about the data they
+changed (registered on the ``db`` group by :mod:`cli.main`)."""
 
 from __future__ import annotations
 
 import json
 import shlex
+import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import click
 
-from ..db import distribution
-from .common import Context, print_text
+from ..db import distribution, migrate
+from ..identity.rekeying import Rekeying
+from .common import Context, json_option, plural, print_text
 
 
 @click.command("distribute")
@@ -20,17 +24,31 @@ from .common import Context, print_text
 )
 @click.pass_obj
 def distribute(obj: Context, dry_run: bool) -> None:
-    """Distribute the tables by session_id with Citus (needs the citus extension)."""
+    """Distribute the tables by session_id with Citus (needs the citus extension). The dry
+    run prints the statements and exits 1 if anything blocks them."""
     if dry_run:
         plan = distribution.plan(obj.open(reading=True))
+        for table in plan.done:
+            print_text(f"-- already distributed: {table}")
         for statement in plan.statements:
             print_text(f"{statement};")
         for blocker in plan.blockers:
             print_text(f"-- blocked: {blocker}")
+        if plan.blockers:  # a deploy script's dry run must fail while the real one would
+            raise click.ClickException(
+                f"db distribute is blocked ({plural(len(plan.blockers), 'blocker')} above)"
+            )
         return
-    for statement in distribution.distribute(obj.store):
+    plan = distribution.distribute(obj.store)
+    for table in plan.done:
+        print_text(f"already distributed: {table}")
+    for statement in plan.statements:
         print_text(f"ran: {statement}")
-    click.echo("tables distributed by session_id")
+    click.echo(
+        "tables distributed by session_id"
+        if plan.statements
+        else "every table is distributed already: nothing ran"
+    )
 
 
 def undo_command(merge_id: int, session_id: str) -> str:
@@ -38,16 +56,17 @@ def undo_command(merge_id: int, session_id: str) -> str:
     return f"zerda-store unmerge {merge_id} --session {shlex.quote(session_id)}"
 
 
-def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_json: bool) -> None:
-    """What ``db upgrade`` did: per session, the merges made with the command undoing each,
-    and the sessions kept exact for want of evidence; then the revision reached."""
+def print_rekeyed(report: Sequence[dict[str, Any]], as_json: bool, **extra: Any) -> None:
+    """What ``db upgrade`` or ``db rekey`` did: per session, the merges made with the command
+    undoing each, and the sessions kept exact for want of evidence. ``extra``: more fields
+    of the JSON answer (``revision``)."""
     sessions = [
         {**entry, "merges": [{**m, "undo": undo_command(m["merge_id"], entry["session_id"])}
                              for m in entry["merges"]]}
         for entry in report
     ]  # fmt: skip
     if as_json:
-        click.echo(json.dumps({"revision": revision, "sessions": sessions}, ensure_ascii=False))
+        click.echo(json.dumps({**extra, "sessions": sessions}, ensure_ascii=False))
         return
     for entry in sessions:
         for merged in entry["merges"]:
@@ -61,7 +80,7 @@ def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_jso
                 f"session {entry['session_id']!r}: kept its keys as written (exact), as "
                 "nothing it recorded shows normalize_names=True; if its application uses "
                 "normalize_names=True: `zerda-store db downgrade 0005`, then "
-                "`zerda-store db upgrade --assume-normalized`"
+                f"`zerda-store db upgrade --assume-normalized {shlex.quote(entry['session_id'])}`"
             )
     rekeyed = sum(1 for entry in sessions if entry["key_rules"] != "exact")
     merges = sum(len(entry["merges"]) for entry in sessions)
@@ -70,4 +89,34 @@ def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_jso
             f"{len(sessions)} sessions recorded: {rekeyed} re-keyed, {merges} merges "
             f"(`zerda-store merges --session S` lists them)"
         )
-    click.echo(f"database at revision {revision}")
+
+
+def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_json: bool) -> None:
+    """What ``db upgrade`` did (:func:`print_rekeyed`), then the revision reached."""
+    print_rekeyed(report, as_json, revision=revision)
+    if not as_json:
+        click.echo(f"database at revision {revision}")
+
+
+@click.command("rekey")
+@click.option(
+    "--assume-normalized",
+    "normalized",
+    multiple=True,
+    metavar="SESSION",
+    help="A session the previous release began, whose keys do not show how it was keyed, "
+    "was written with normalize_names=True (default: exact). Repeatable.",
+)
+@json_option
+@click.pass_obj
+def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
+    """Re-key what servers of the previous release saved since `db upgrade` (run once the
+    last of them has stopped): session by session, short transactions; run again after an
+    interruption. Prints each merge with the command that undoes it."""
+    store = obj.changing_store()
+    migrate.require_store_database(store)
+    rekeying = Rekeying(store, assume_normalized=set(normalized))
+    report = [asdict(done) for done in rekeying.run(time.time)]
+    print_rekeyed(report, as_json)
+    if not as_json:
+        click.echo(f"{len(report)} sessions re-keyed")
