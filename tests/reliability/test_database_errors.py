@@ -233,7 +233,7 @@ def test_an_exhausted_pool_is_a_store_error_that_names_its_size(database_url: st
         except sa.exc.TimeoutError:
             pass
         try:
-            for call in (_save, _load):
+            for call in CALLS.values():
                 with pytest.raises(PoolExhaustedError) as caught:
                     call(memory)
                 message = one_line(caught.value)
