@@ -25,7 +25,7 @@ from tests import citus, passwords
 # The helpers of the doubles module, and its fixtures (clock, logs, refused_port) for every suite.
 from tests.doubles import POSTGRES_ADMIN_URL, clock, logs, new_postgres_database, refused_port  # noqa: F401
 from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.db import engine_aio, settings
+from zerda_store.db import settings
 
 REQUIRE_POSTGRES = os.environ.get("ZERDA_STORE_REQUIRE_POSTGRES") == "1"
 
@@ -64,8 +64,8 @@ def strict_on_citus(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         return
     cluster: citus.Cluster = request.getfixturevalue("citus_cluster")
     cluster.prepare()  # the templates are made through connections that are not strict
-    for module in (settings, engine_aio):
-        monkeypatch.setattr(module, "engine_options", citus.strict(settings.engine_options))
+    # The async calls run on the same engine, so this covers them too.
+    monkeypatch.setattr(settings, "engine_options", citus.strict(settings.engine_options))
 
 
 def new_test_database(

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.citus import Cluster
-from tests.cli.helpers import invoke, succeeded
+from tests.cli.helpers import invoke, one_line_error, succeeded
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store, migrate
 from zerda_store.db import distribution
@@ -124,4 +124,19 @@ def test_a_distributed_database_with_rows_goes_down_and_up_a_revision(
             )
         ).scalar()
     assert count == 2
+    assert citus_layout(empty_citus_url).keys() == set(EVERY_TABLE)
+
+
+def test_a_downgrade_below_the_keys_by_session_is_refused_and_changes_nothing(
+    empty_citus_url: str,
+) -> None:
+    """Below revision 0007 the primary keys lack session_id, which Citus refuses on
+    distributed tables: the downgrade fails in one line and the schema stays at head."""
+    with Store(empty_citus_url) as store:
+        migrate.upgrade(store)
+        distribution.distribute(store)
+    line = one_line_error(invoke(empty_citus_url, "db", "downgrade", "0006", "--yes"))
+    assert "cannot create constraint" in line
+    current = succeeded(invoke(empty_citus_url, "db", "current")).stdout
+    assert current.strip() == f"{migrate.head_revision()} (head)"
     assert citus_layout(empty_citus_url).keys() == set(EVERY_TABLE)

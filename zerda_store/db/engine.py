@@ -35,7 +35,7 @@ from ..errors import (
     StoreError,
 )
 from . import unit_of_work, unit_of_work_aio
-from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncHalf
+from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncStore
 from .kept import KeptConnections
 from .settings import (
     DEFAULT_LOCK_TIMEOUT,
@@ -58,15 +58,19 @@ C = TypeVar("C")
 S = TypeVar("S")
 
 
-class Store:
+class Store(AsyncStore):
     """One engine (one connection pool) and one set of compiled statements that many
     memories can share.
 
     ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
     connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
     a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
-    ``await`` :meth:`aclose`); closing never deletes data. Its async methods use a second
-    pool, on the async drivers (:class:`engine_aio.AsyncHalf`, a part it holds).
+    ``await`` :meth:`aclose`); closing never deletes data. Its async methods
+    (:class:`engine_aio.AsyncStore`) run each unit of work whole on one of
+    ``async_pool_size`` database threads, on the same pool. The pool keeps a connection for
+    each of those threads and one more, and opens up to 10 more for sync callers; a call
+    that finds no connection (or, async, no thread) free for ``pool_timeout`` seconds
+    raises :class:`PoolExhaustedError`.
 
     ``read_only=True`` opens the database for reading only: it is never created, migrated
     or written (a SQLite file that is not there is a :class:`DatabaseUnavailableError`, a
@@ -96,6 +100,7 @@ class Store:
         self.durability: Durability = durability
         self.read_only = read_only
         self.schema = checked_schema(schema) if schema is not None else None
+        self.init_async(llm_workers, async_pool_size)
         self._statements: dict[Callable[[Dialect], Any], Any] = {}
         self._statements_lock = threading.Lock()
         try:
@@ -105,6 +110,7 @@ class Store:
                 lock_timeout=self.lock_timeout,
                 read_only=read_only,
                 schema=self.schema,
+                pool_size=async_pool_size + 1,
                 pool_timeout=self.pool_timeout,
             )
         except ImportError as exc:
@@ -125,16 +131,6 @@ class Store:
         self.schema_lock = threading.Lock()
         self.closed = False
         self._on_close: list[Callable[[], object]] = []
-        self._aio = AsyncHalf(
-            self,
-            self.url,
-            durability=durability,
-            lock_timeout=self.lock_timeout,
-            read_only=read_only,
-            schema=self.schema,
-            llm_workers=llm_workers,
-            pool_size=async_pool_size,
-        )
 
     def __repr__(self) -> str:
         return f"Store({safe_url(self.url)!r})"
@@ -166,53 +162,21 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Close the pool's connections (first running what :meth:`on_close` registered,
-        such as stopping a sweeper); the store cannot be used afterwards. From async code
-        prefer :meth:`aclose`, which also closes the async pool's connections properly
-        (here they are only dropped when an event loop is running)."""
+        """Close every connection of the store (first running what :meth:`on_close`
+        registered, such as stopping a sweeper, and waiting for the async calls' running
+        units of work); the store cannot be used afterwards. From async code prefer
+        :meth:`aclose`, which waits on a thread."""
         callbacks, self._on_close = self._on_close, []
         for callback in reversed(callbacks):
             callback()
         self.closed = True
+        self.close_async()
         self.drop_connections()
-        self._aio.close()
 
     def on_close(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` when the store closes (the last registered first): how a
         feature built on the store, such as the retention sweeper, is stopped with it."""
         self._on_close.append(callback)
-
-    async def __aenter__(self) -> Store:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close both pools' connections from async code; the store cannot be used
-        afterwards."""
-        connections = self._aio.detach()
-        self.close()
-        if connections is not None:
-            await connections.aclose()
-
-    async def async_connections(self) -> AsyncConnections:
-        """The async pool of the running event loop (:meth:`AsyncHalf.connections`)."""
-        return await self._aio.connections()
-
-    async def awrite(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
-        """:meth:`write`, awaited on the async pool (:func:`unit_of_work_aio.write`)."""
-        self.check_writable()
-        return await unit_of_work_aio.write(self, work, lock)
-
-    async def aread(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
-        """:meth:`read`, awaited on the async pool (:func:`unit_of_work_aio.read`)."""
-        return await unit_of_work_aio.read(self, work, snapshot=snapshot)
-
-    @property
-    def llm_executor(self) -> ThreadPoolExecutor:
-        """The store's threads for synchronous extraction called from async code."""
-        return self._aio.llm_executor
 
     @contextmanager
     def connect(self, *, ping: bool = True) -> Iterator[Connection]:
