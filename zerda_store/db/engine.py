@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -34,7 +33,7 @@ from ..errors import (
     ReadOnlyStoreError,
     StoreError,
 )
-from . import unit_of_work, unit_of_work_aio
+from . import unit_of_work
 from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncStore
 from .kept import KeptConnections
 from .settings import (
@@ -48,7 +47,6 @@ from .settings import (
     create_store_engine,
 )
 from .unit_of_work import SessionLock, Transaction
-from .unit_of_work_aio import AsyncConnections
 from .urls import first_line, resolve_url, safe_url, scrub
 
 logger = logging.getLogger("zerda_store.engine")

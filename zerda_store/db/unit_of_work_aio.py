@@ -144,7 +144,9 @@ async def write(
     return await _awaited(store, run, gate, write=True)
 
 
-async def read(store: AsyncDatabase, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+async def read(
+    store: AsyncDatabase, work: Callable[[Transaction], T], *, snapshot: bool = False
+) -> T:
     """:func:`unit_of_work.read`, awaited: on a database thread."""
     gate = _Gate()
     guarded = gate.guarded(work)
