@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from . import async_unit_of_work
 from .async_unit_of_work import AsyncConnections
@@ -26,6 +25,8 @@ from .errors import StoreError
 from .unit_of_work import SessionLock, Transaction
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from .connection_settings import Durability
     from .engine import Store
 
@@ -62,6 +63,9 @@ def create_async_store_engine(
         # aiosqlite gives each connection a thread of its own: a few are enough for reads
         # (WAL lets them run beside the one writer).
         options.update(pool_size=min(pool_size, 4), max_overflow=min(pool_size, 4))
+    # SQLAlchemy's asyncio extension (and its ORM) load with the first async call.
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     engine = create_async_engine(driver_url, **options)
     # No liveness ping on checkout: the async path checks out only for units of work,
     # which meet a dead connection at their first statement and run again whole.

@@ -34,13 +34,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from . import unit_of_work
 from .unit_of_work import SessionLock, Transaction
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from .engine import Store
 
 T = TypeVar("T")

@@ -9,7 +9,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
 from .engine import Store
@@ -54,6 +53,8 @@ class Survey:
 def survey(store: Store) -> Survey:
     """Look at the database without changing it."""
     with store.connect() as connection:
+        from alembic.runtime.migration import MigrationContext
+
         heads = MigrationContext.configure(connection).get_current_heads()
         revision = ",".join(heads) if heads else None
         tables = sorted(sa.inspect(connection).get_table_names())
