@@ -2,7 +2,7 @@
 
 For each pair (a, b) whose strings differ, a fresh session sees a, then b: the pair is
 merged when b joins a's entity (the key rules, aliases by title and legal suffix: see
-``zerda_store.identity``), and the other order must agree. Precision is the share of
+``zerda_store.identity.rules``), and the other order must agree. Precision is the share of
 merged pairs labelled "same"; recall the share of "same" pairs merged. Printed per
 phenomenon, for the default rules and for the ones before them.
 
@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zerda_store.identity import Candidate, identify, resolve
-from zerda_store.names import KEY_RULES, KeyRules
+from zerda_store.identity.rules import Candidate, identify, resolve
+from zerda_store.model.names import KEY_RULES, KeyRules
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILES = [ROOT / "tests/data/identity-pairs.json"]

@@ -32,11 +32,11 @@ LAYERS = (
     ("sqlalchemy/event/", "SQLAlchemy: event dispatch"),
     ("sqlalchemy/", "SQLAlchemy: other"),
     ("psycopg", "driver: psycopg (waits for the server: round trips; its Python)"),
-    ("zerda_store/repository.py", "zerda_store: repository"),
-    ("zerda_store/engine.py", "zerda_store: engine (connect, transactions, pragmas)"),
-    ("zerda_store/memory.py", "zerda_store: memory (validation, blocks)"),
+    ("zerda_store/turns/", "zerda_store: turns (repository, statements)"),
+    ("zerda_store/db/", "zerda_store: db (connect, transactions, pragmas)"),
+    ("zerda_store/memory/", "zerda_store: memory (validation, blocks)"),
     ("zerda_store/extraction.py", "zerda_store: extraction service"),
-    ("zerda_store/names.py", "zerda_store: names"),
+    ("zerda_store/model/", "zerda_store: names and records"),
     ("benchmarks/", "benchmark driver and scripted model"),
 )
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.pruning import Pruner
+from zerda_store.retention.pruning import Pruner
 
 NAMES_PER_TURN = 4
 SNIPPETS_PER_ENTITY = 100

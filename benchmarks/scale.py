@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from zerda_store.names import name_key
+from zerda_store.model.names import name_key
 
 from .databases import Database, Databases
 from .floor import open_floor

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from zerda_store.names import name_key
+from zerda_store.model.names import name_key
 
 FIRST_NAMES = (
     *("Sarah", "Omar", "Lina", "Karim", "Maya", "Youssef", "Nour", "Adam", "Hana", "Ziad"),

@@ -14,8 +14,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from zerda_store import migrate
-from zerda_store.engine import Store
-from zerda_store.schema import metadata
+from zerda_store.db.engine import Store
+from zerda_store.db.schema import metadata
 
 config = context.config
 
@@ -42,7 +42,7 @@ def run_migrations(connection: Connection) -> None:
         # cascade into the child tables and delete their rows.
         raise RuntimeError(
             "SQLite migrations must run with foreign keys off: use `zerda-store db upgrade` "
-            "or zerda_store.migrate, which switch them off and check them afterwards"
+            "or zerda_store.db.migrate, which switch them off and check them afterwards"
         )
     context.configure(
         connection=connection,

@@ -11,15 +11,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine import Store
+    from .admin import AdminRepository
+    from .db import migrate
+    from .db.engine import Store
     from .errors import (
         CommitOutcomeUnknownError,
+        DatabaseError,
         DatabaseUnavailableError,
         LockTimeoutError,
         NotAStoreDatabaseError,
+        PermissionDeniedError,
+        PoolExhaustedError,
         ReadOnlyStoreError,
         SchemaNotCurrentError,
         SessionNotEmptyError,
+        StatementTimeoutError,
         StoreError,
     )
     from .extraction import (
@@ -30,47 +36,66 @@ if TYPE_CHECKING:
         LLMExtractor,
         StanzaExtractor,
     )
-    from .memory import ConversationEntityMemory
-    from .views import Entity
+    from .identity.merging import MergeError
+    from .identity.resolution import KeyRulesMismatchError
+    from .memory.conversation import ConversationEntityMemory
+    from .memory.views import Entity
 
+# Where each public name lives (``migrate`` is a module).
 _HOMES = {
+    "AdminRepository": "admin",
     "CommitOutcomeUnknownError": "errors",
-    "ConversationEntityMemory": "memory",
+    "ConversationEntityMemory": "memory.conversation",
+    "DatabaseError": "errors",
     "DatabaseUnavailableError": "errors",
-    "Entity": "views",
+    "Entity": "memory.views",
     "ExtractedEntity": "extraction",
     "ExtractionResult": "extraction",
     "ExtractionService": "extraction",
     "Extractor": "extraction",
+    "KeyRulesMismatchError": "identity.resolution",
     "LLMExtractor": "extraction",
     "LockTimeoutError": "errors",
+    "MergeError": "identity.merging",
     "NotAStoreDatabaseError": "errors",
+    "PermissionDeniedError": "errors",
+    "PoolExhaustedError": "errors",
     "ReadOnlyStoreError": "errors",
     "SchemaNotCurrentError": "errors",
     "SessionNotEmptyError": "errors",
     "StanzaExtractor": "extraction",
-    "Store": "engine",
+    "StatementTimeoutError": "errors",
+    "Store": "db.engine",
     "StoreError": "errors",
+    "migrate": "db.migrate",
 }
 
 __all__ = [
+    "AdminRepository",
     "CommitOutcomeUnknownError",
     "ConversationEntityMemory",
+    "DatabaseError",
     "DatabaseUnavailableError",
     "Entity",
     "ExtractedEntity",
     "ExtractionResult",
     "ExtractionService",
     "Extractor",
+    "KeyRulesMismatchError",
     "LLMExtractor",
     "LockTimeoutError",
+    "MergeError",
     "NotAStoreDatabaseError",
+    "PermissionDeniedError",
+    "PoolExhaustedError",
     "ReadOnlyStoreError",
     "SchemaNotCurrentError",
     "SessionNotEmptyError",
     "StanzaExtractor",
+    "StatementTimeoutError",
     "Store",
     "StoreError",
+    "migrate",
 ]
 
 
@@ -78,7 +103,8 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    module = importlib.import_module(f".{home}", __name__)
+    value = module if name == "migrate" else getattr(module, name)
     globals()[name] = value
     return value
 

@@ -16,17 +16,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .engine import Store
+from .db.engine import Store
+from .db.schema import ANY_SCOPE, contexts, entities, entity_aliases, extractions, turns
+from .db.validation import checked_session_id, checked_text
 from .errors import SessionNotEmptyError
-from .importing import Importer
-from .ledger import Ledger
-from .names import KeyRules
-from .pruning import Pruner
-from .records import PendingTurn
-from .repository import PAGE_SIZE, Repository
-from .retention import Policies, describe, make_rule
-from .schema import ANY_SCOPE, contexts, entities, entity_aliases, extractions, turns
-from .validation import checked_session_id, checked_text
+from .model.names import KeyRules
+from .model.records import PendingTurn
+from .retention.policies import Policies, describe, make_rule
+from .retention.pruning import Pruner
+from .transfer.importing import Importer
+from .turns.ledger import Ledger
+from .turns.repository import PAGE_SIZE, Repository
 
 
 @dataclass(frozen=True)

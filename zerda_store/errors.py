@@ -38,3 +38,24 @@ class LockTimeoutError(StoreError):
 
 class SessionNotEmptyError(StoreError):
     """An import or copy into a session that already holds data, without merging."""
+
+
+class DatabaseError(StoreError):
+    """The database refused or failed a statement for a reason no other class names; the
+    message gives the database's own first line. Nothing of the failed call was stored."""
+
+
+class PermissionDeniedError(DatabaseError):
+    """The database role lacks a privilege on zerda_store's tables (Postgres SQLSTATE 42501);
+    nothing was written."""
+
+
+class StatementTimeoutError(DatabaseError):
+    """The server cancelled a statement (Postgres SQLSTATE 57014): the role's or database's
+    ``statement_timeout`` ran out, or an operator cancelled it; nothing of the call was
+    stored."""
+
+
+class PoolExhaustedError(StoreError):
+    """Every connection a store may open stayed in use for ``pool_timeout`` seconds: more
+    calls at once than the store's pool (``async_pool_size``) serves. Nothing was run."""

@@ -19,7 +19,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .names import MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
+from .model.names import MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
 
 logger = logging.getLogger(__name__)
 

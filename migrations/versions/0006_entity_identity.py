@@ -1,17 +1,20 @@
 """Entity identity: aliases, the merge log, each session's key rules, and re-keying.
 
 Adds ``entities.core_key``, ``entity_aliases``, ``entity_merges`` and
-``session_key_rules``, then re-keys every session whose keys were made by the earlier
-rules (fold-v1) with the current ones (fold-v2). Entities whose new keys collide are
-merged into the first seen of them through the merge log (reason "key rules"), so that
-``zerda-store unmerge`` can undo each: the merged entity comes back with its old key. What
-merged is logged (``alembic`` logger) and listed by ``zerda-store merges``. A session
-whose keys are its names as written (``normalize_names=False``) keeps them and is
-recorded as "exact".
+``session_key_rules``, then records each session's key rules from what the session
+recorded (``migrations/frozen/evidence.py``): a session written with
+``normalize_names=False`` keeps its keys and is recorded as "exact"; one written with
+fold-v1 is re-keyed with fold-v2, and entities whose new keys collide are merged into the
+first seen of them through the merge log (reason "key rules"), so that ``zerda-store
+unmerge`` can undo each. A session that nothing tells apart keeps its keys: as "exact"
+where fold-v2 would change them (and said so), else unrecorded, its next save recording
+the rules of its memory. What merged is logged (``alembic`` logger), handed to
+``zerda-store db upgrade`` to print, and listed by ``zerda-store merges``.
 
-The re-keying uses the frozen rules by name (``zerda_store.names``) and the merge code
-(``zerda_store.merging``) that the library runs, on the migration's own connection.
-Downgrading drops the new tables and column; keys stay as fold-v2 made them.
+The data work is frozen in ``migrations/frozen`` (the key rules as they were, the merge in
+the merge log's format), importing nothing of the library. Downgrading undoes the
+upgrade's merges and gives entities their fold-v1 keys again (or refuses, saying what to
+do), then drops the new tables and column.
 
 Revision ID: 0006
 Revises: 0005
@@ -20,20 +23,17 @@ Create Date: 2026-12-03
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
+import sys
 import time
-from collections import namedtuple
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
-
-from zerda_store.driver import Cursor
-from zerda_store.identity import identify
-from zerda_store.identity_statements import IdentityStatements
-from zerda_store.merging import KEY_RULES_REASON, merge
-from zerda_store.names import EXACT, FOLD_V1, FOLD_V2
-from zerda_store.unit_of_work import Transaction
 
 revision = "0006"
 down_revision = "0005"
@@ -44,6 +44,12 @@ logger = logging.getLogger("alembic.runtime.migration")
 
 SESSION_ID_LENGTH = 255
 NAME_LENGTH = 256
+FROZEN_PACKAGE = "zerda_store_frozen_migrations"
+# Where `zerda-store db upgrade` collects what the upgrade did (config.attributes).
+REPORT = "upgrade_report"
+# Set by `zerda-store db upgrade --assume-normalized`: sessions that nothing tells apart
+# were written with normalize_names=True (re-keyed, not kept exact).
+ASSUME_NORMALIZED = "assume_normalized"
 
 ENTITY_OVERVIEW = """
 CREATE VIEW entity_overview AS
@@ -156,93 +162,41 @@ def _create_tables() -> None:
     )
 
 
-ENTITIES = sa.table(
-    "entities",
-    *(
-        sa.column(name)
-        for name in (
-            "id", "session_id", "name_key", "core_key", "name", "entity_type",
-            "first_seen", "last_seen", "first_turn_id", "first_position",
+def _frozen(module: str) -> Any:
+    """A module of ``migrations/frozen``, loaded by path as a package of its own."""
+    if FROZEN_PACKAGE not in sys.modules:
+        folder = Path(__file__).resolve().parent.parent / "frozen"
+        spec = importlib.util.spec_from_file_location(
+            FROZEN_PACKAGE, folder / "__init__.py", submodule_search_locations=[str(folder)]
         )
-    ),
-)  # fmt: skip
-EntityRow = namedtuple("EntityRow", [column.name for column in ENTITIES.c])  # type: ignore[misc]
-RULES = sa.table("session_key_rules", sa.column("session_id"), sa.column("key_rules"),
-                 sa.column("created_at"))  # fmt: skip
-MERGED_FIELDS = ("entity_type", "first_seen", "last_seen", "first_turn_id", "first_position")
-# A key no rule makes (control characters are never in a name): where a key waits while
-# the keys of its session are changed, so that no two entities share one in between.
-PARKED = "\x01rekey "
+        assert spec is not None and spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[FROZEN_PACKAGE] = package
+        spec.loader.exec_module(package)
+    return importlib.import_module(f"{FROZEN_PACKAGE}.{module}")
 
 
 def _rekey_sessions() -> None:
-    bind = op.get_bind()
-    sessions = bind.execute(sa.select(ENTITIES.c.session_id).distinct()).scalars().all()
-    transaction = Transaction(Cursor(bind.dialect, bind.connection.dbapi_connection.cursor()))
-    statements = IdentityStatements(bind.dialect)
-    now = time.time()
-    for session_id in sessions:
-        rows = [
-            EntityRow(**row._asdict())
-            for row in bind.execute(
-                sa.select(ENTITIES)
-                .where(ENTITIES.c.session_id == session_id)
-                .order_by(ENTITIES.c.first_turn_id, ENTITIES.c.first_position, ENTITIES.c.id)
+    attributes = op.get_context().config.attributes
+    outcomes = _frozen("rekeying").rekey_sessions(
+        op.get_bind(), time.time(), assume_normalized=bool(attributes.get(ASSUME_NORMALIZED))
+    )
+    for outcome in outcomes:
+        for entry in outcome.merges:
+            logger.info(
+                "session %r: merged %r into %r (merge %d): their keys are one under fold-v2",
+                outcome.session_id, entry["merged"], entry["kept"], entry["merge_id"],
+            )  # fmt: skip
+        if outcome.unsure:
+            logger.warning(
+                "session %r: kept its keys as written (exact): nothing recorded tells whether "
+                "it was written with normalize_names=True",
+                outcome.session_id,
             )
-        ]
-        exact = any(row.name_key != FOLD_V1.key(row.name) for row in rows)
-        rules = EXACT if exact else FOLD_V2
-        bind.execute(
-            RULES.insert().values(session_id=session_id, key_rules=rules.name, created_at=now)
-        )
-        _rekey(bind, transaction, statements, session_id, rows, rules, now)
-
-
-def _rekey(
-    bind: Any,
-    transaction: Transaction,
-    statements: IdentityStatements,
-    session_id: str,
-    rows: list[Any],
-    rules: Any,
-    now: float,
-) -> None:
-    keepers: dict[str, Any] = {}
-    merged = 0
-    for row in rows:
-        identity = identify(row.name, rules)
-        new = row._replace(name_key=identity.key, core_key=identity.core)
-        keeper = keepers.get(identity.key)
-        if keeper is None:
-            keepers[identity.key] = new
-            continue
-        old = row._replace(core_key=identity.core)
-        receipt = merge(
-            transaction, statements, keeper, old, reason=KEY_RULES_REASON, at=now, alias=False
-        )
-        merged += 1
-        # The kept entity's fields as the merge left them, for the next merge into it.
-        refreshed = transaction.run(statements.entity_by_id, {"entity_id": keeper.id})[0]
-        keepers[identity.key] = keeper._replace(
-            **{field: getattr(refreshed, field) for field in MERGED_FIELDS}
-        )
-        logger.info(
-            "session %r: merged %r into %r (merge %d): their keys are one under %s",
-            session_id, row.name, keeper.name, receipt.merge_id, rules.name,
-        )  # fmt: skip
-    stored = {row.id: (row.name_key, row.core_key) for row in rows}
-    changed = [row for row in keepers.values() if (row.name_key, row.core_key) != stored[row.id]]
-    for row in changed:
-        values = {"entity_id": row.id, "name_key": f"{PARKED}{row.id}", "core_key": row.core_key}
-        transaction.count(statements.set_key, values)
-    for row in changed:
-        values = {"entity_id": row.id, "name_key": row.name_key, "core_key": row.core_key}
-        transaction.count(statements.set_key, values)
-    if changed or merged:
-        logger.info(
-            "session %r: %d entities re-keyed with %s, %d merged",
-            session_id, len(changed), rules.name, merged,
-        )  # fmt: skip
+    # `zerda-store db upgrade` hands a list for what the upgrade did, and prints it.
+    report = attributes.get(REPORT)
+    if report is not None:
+        report.extend(asdict(outcome) for outcome in outcomes if outcome.key_rules)
 
 
 def upgrade() -> None:
@@ -251,6 +205,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    _frozen("older_keys").restore_older_keys(op.get_bind(), time.time())
     _alter_entities("drop")
     op.drop_table("session_key_rules")
     op.drop_table("entity_merges")

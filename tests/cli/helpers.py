@@ -17,8 +17,8 @@ from click.testing import CliRunner, Result
 from tests.support import BrokenLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory
 from zerda_store.cli import main
-from zerda_store.engine import DATABASE_URL_ENV
-from zerda_store.names import name_key
+from zerda_store.db.engine import DATABASE_URL_ENV
+from zerda_store.model.names import name_key
 
 VOCABULARY = (
     "Sarah Chen",

@@ -11,8 +11,9 @@ import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, one_line_error, succeeded
 from tests.conftest import _new_postgres_database
-from zerda_store import Store, distribution, migrate
-from zerda_store.distribution import UNIQUE, Violation
+from zerda_store import Store, migrate
+from zerda_store.db import distribution
+from zerda_store.db.distribution import UNIQUE, Violation
 
 PLAN = [
     "SELECT create_reference_table('retention_policies')",

@@ -18,7 +18,7 @@ from tests.cli.helpers import (
     succeeded,
     url_maker,
 )
-from zerda_store.schema import contexts, entities, extractions, turns
+from zerda_store.db.schema import contexts, entities, extractions, turns
 
 
 def session_rows(url: str, session_id: str) -> dict[str, list[dict[str, Any]]]:

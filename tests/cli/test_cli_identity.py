@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, json_of, key, one_line_error, succeeded, table_rows
 from tests.support import KeywordLLM
-from zerda_store.schema import entities, entity_merges
+from zerda_store.db.schema import entities, entity_merges
 
 SESSION = "crm"
 VOCABULARY = ("Sarah Chen", "Sarah", "Acme's", "Acme", "Berlin")

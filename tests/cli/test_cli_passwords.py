@@ -23,9 +23,10 @@ from tests.passwords import (
     unusable_urls,
 )
 from tests.reliability.helpers import NamesExtractor
-from zerda_store import ConversationEntityMemory, Store, cli_common
+from zerda_store import ConversationEntityMemory, Store
+from zerda_store.cli import common as cli_common
 from zerda_store.cli import main
-from zerda_store.engine import DATABASE_URL_ENV
+from zerda_store.db.engine import DATABASE_URL_ENV
 
 
 @pytest.fixture(params=["flag", "env"])

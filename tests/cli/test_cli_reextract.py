@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from tests.cli.helpers import VOCABULARY, invoke, json_of, succeeded
 from tests.support import BrokenLLM, KeywordLLM
-from zerda_store.schema import extractions, turns
+from zerda_store.db.schema import extractions, turns
 
 FLAKY = (
     ("ok", "Sarah Chen joined Acme Corp.", "Welcome aboard."),

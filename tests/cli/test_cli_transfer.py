@@ -22,7 +22,7 @@ from tests.cli.helpers import (
     succeeded,
     url_maker,
 )
-from zerda_store.transfer import write_session
+from zerda_store.transfer.format import write_session
 
 
 def export_file(url: str, session_id: str, path: Path) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import zerda_store.transfer as transfer_module
+import zerda_store.transfer.format as transfer_module
 from tests.cli.helpers import invoke, json_of, one_line_error, session_row_counts, succeeded
 from zerda_store.admin import AdminRepository
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.cli.helpers import invoke, one_line_error, succeeded, url_maker
 from tests.support import KeywordLLM
 from zerda_store import ConversationEntityMemory
-from zerda_store.names import FOLD_V1
+from zerda_store.model.names import FOLD_V1
 
 NAMES = ["Robert Smith", "Bobby", "Acme Corp"]
 

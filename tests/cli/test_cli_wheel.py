@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from zerda_store import migrate
-from zerda_store.engine import DATABASE_URL_ENV
+from zerda_store.db.engine import DATABASE_URL_ENV
 
 pytestmark = pytest.mark.slow
 

@@ -10,12 +10,12 @@ import re
 import pytest
 from sqlalchemy.dialects import postgresql
 
-from zerda_store.distribution import DISTRIBUTED_TABLES
-from zerda_store.driver import CompiledStatement
-from zerda_store.identity_statements import IdentityStatements
-from zerda_store.queries import Queries
-from zerda_store.statements import RowsInsert, TurnStatements
-from zerda_store.visible import VisibleQueries
+from zerda_store.db.distribution import DISTRIBUTED_TABLES
+from zerda_store.db.driver import CompiledStatement
+from zerda_store.identity.statements import IdentityStatements
+from zerda_store.turns.queries import Queries
+from zerda_store.turns.statements import RowsInsert, TurnStatements
+from zerda_store.turns.visible import VisibleQueries
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
 

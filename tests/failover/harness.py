@@ -30,8 +30,8 @@ import sqlalchemy as sa
 
 from tests.failover.cluster import Cluster, ClusterError, formation
 from zerda_store import ConversationEntityMemory, Store, migrate
+from zerda_store.db.schema import contexts, extractions, turns
 from zerda_store.errors import StoreError
-from zerda_store.schema import contexts, extractions, turns
 
 NAMES = ("Alice Harper", "Bilal Haddad")
 RECOVERY_SECONDS = 120

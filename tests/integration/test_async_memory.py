@@ -17,7 +17,7 @@ from sqlalchemy.util import await_
 
 from tests.support import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store, StoreError
-from zerda_store.repository import Attachment
+from zerda_store.turns.repository import Attachment
 
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
 

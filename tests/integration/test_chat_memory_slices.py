@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support import FixedLLM, driver_calls
-from zerda_store import ConversationEntityMemory, repository
+from zerda_store import ConversationEntityMemory
+from zerda_store.turns import repository
 
 Maker = Callable[..., ConversationEntityMemory]
 SMALL = 23

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from zerda.memory import ConversationEntityMemory as Original
 
-import zerda_store.memory as memory_module
+import zerda_store.memory.conversation as memory_module
 from tests.support import BrokenLLM, FixedLLM, KeywordLLM
 from zerda_store import (
     ConversationEntityMemory,

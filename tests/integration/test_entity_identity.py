@@ -8,8 +8,8 @@ import sqlalchemy as sa
 
 from tests.support import FixedLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.merging import MergeError
-from zerda_store.resolution import KeyRulesMismatchError
+from zerda_store.identity.merging import MergeError
+from zerda_store.identity.resolution import KeyRulesMismatchError
 
 TABLES = ("turns", "entities", "contexts", "entity_aliases", "extractions")
 

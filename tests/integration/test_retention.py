@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from zerda_store import Store
 from zerda_store.admin import AdminRepository
 from zerda_store.extraction import ExtractedEntity
-from zerda_store.pruning import Pruner
+from zerda_store.retention.pruning import Pruner
 
 DAY = 86_400.0
 

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 import zerda_store.extraction as extraction_module
-import zerda_store.memory as memory_module
+import zerda_store.memory.conversation as memory_module
 from tests.support import FixedLLM, KeywordLLM
 from zerda_store import (
     ConversationEntityMemory,
@@ -26,7 +26,7 @@ from zerda_store import (
     migrate,
 )
 from zerda_store.cli import main
-from zerda_store.engine import DATABASE_URL_ENV
+from zerda_store.db.engine import DATABASE_URL_ENV
 
 OVERVIEW_COLUMNS = [
     "session_id",

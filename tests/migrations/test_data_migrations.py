@@ -125,7 +125,7 @@ IDENTITY_REVISION = "0006"  # re-keys sessions with the fold-v2 rules, merging c
 
 def _write_entities(alembic_runner: Any, connection: sa.Connection, names: list[str]) -> None:
     """One turn naming ``names``, keyed as fold-v1 did (what 0005's library wrote)."""
-    from zerda_store.names import FOLD_V1
+    from zerda_store.model.names import FOLD_V1
 
     alembic_runner.insert_into(
         "turns",

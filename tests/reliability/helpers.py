@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
-from zerda_store.names import name_key
-from zerda_store.schema import contexts, entities, metadata, turns
+from zerda_store.db.schema import contexts, entities, metadata, turns
+from zerda_store.model.names import name_key
 
 # Latin, accented, Arabic and CJK names, so keys differ from display names in several ways.
 VOCABULARY = (

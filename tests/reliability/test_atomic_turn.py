@@ -18,7 +18,7 @@ from tests.reliability.helpers import (
 )
 from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory
-from zerda_store.schema import contexts, entities, turns
+from zerda_store.db.schema import contexts, entities, turns
 
 
 class InjectedFailure(RuntimeError):

@@ -25,8 +25,8 @@ from tests.reliability.helpers import (
 )
 from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.names import name_key
-from zerda_store.schema import entities
+from zerda_store.db.schema import entities
+from zerda_store.model.names import name_key
 
 PROCESSES = 4
 THREADS = 2

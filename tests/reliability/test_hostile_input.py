@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tests.reliability.helpers import NamesExtractor, inspect_database, table_counts
 from zerda_store import ConversationEntityMemory, DatabaseUnavailableError, Store
-from zerda_store.names import name_key
+from zerda_store.model.names import name_key
 
 HOSTILE_NAMES = [
     'O\'Brien "Bobby" Tables',

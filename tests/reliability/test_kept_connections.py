@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-import zerda_store.engine as engine_module
+import zerda_store.db.engine as engine_module
 from tests.support import FixedLLM
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.queries import Queries
-from zerda_store.unit_of_work import Transaction
+from zerda_store.db.unit_of_work import Transaction
+from zerda_store.turns.queries import Queries
 
 
 def _save(memory: ConversationEntityMemory, text: str) -> None:

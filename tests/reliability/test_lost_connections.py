@@ -25,7 +25,7 @@ from tests.reliability.helpers import (
 )
 from tests.support import driver_calls
 from zerda_store import ConversationEntityMemory, DatabaseUnavailableError, StoreError
-from zerda_store.schema import turns
+from zerda_store.db.schema import turns
 
 pytestmark = pytest.mark.postgres
 

@@ -21,7 +21,7 @@ from tests.reliability.helpers import inspect_database, row_counts, table_counts
 from tests.support import FixedLLM
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.admin import AdminRepository
-from zerda_store.schema import turns
+from zerda_store.db.schema import turns
 
 SQLITE_VARIABLE_LIMIT = 32_766
 MANY_TURNS = 100_000  # over both limits

@@ -29,9 +29,9 @@ from tests.cli.helpers import invoke, succeeded
 from tests.reliability.helpers import VocabularyExtractor, inspect_database, table_counts
 from tests.support import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.engine import DATABASE_URL_ENV
-from zerda_store.names import name_key
-from zerda_store.schema import contexts, entities, turns
+from zerda_store.db.engine import DATABASE_URL_ENV
+from zerda_store.db.schema import contexts, entities, turns
+from zerda_store.model.names import name_key
 
 WRITERS = 3
 SAVES_PER_ROUND = 6

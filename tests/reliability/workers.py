@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from tests.reliability.helpers import VocabularyExtractor, turn_input, turn_names
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.schema import contexts, turns
+from zerda_store.db.schema import contexts, turns
 
 
 class _RetryCounter(logging.Handler):

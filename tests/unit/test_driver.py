@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import psycopg
 
-from zerda_store.driver import (
+from zerda_store.db.driver import (
     RowsStatement,
     compile_columns,
     compile_rows,
@@ -18,8 +18,8 @@ from zerda_store.driver import (
     row_placeholders,
     unnested_rows,
 )
-from zerda_store.schema import contexts, entities, extractions, insert_columns, turns
-from zerda_store.statements import _statement_sizes
+from zerda_store.db.schema import contexts, entities, extractions, insert_columns, turns
+from zerda_store.turns.statements import _statement_sizes
 
 TABLES = {"turns": turns, "entities": entities, "contexts": contexts, "outcomes": extractions}
 ROW_COLUMNS = {kind: insert_columns(table) for kind, table in TABLES.items()}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.identity import evaluate, merged, total
-from zerda_store.identity import identify
-from zerda_store.names import FOLD_V2, FOLD_V2_CASELESS
+from zerda_store.identity.rules import identify
+from zerda_store.model.names import FOLD_V2, FOLD_V2_CASELESS
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 PAIRS = json.loads((DATA / "identity-pairs.json").read_text(encoding="utf-8"))["pairs"]

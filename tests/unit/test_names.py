@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from zerda_store.names import is_acceptable_name, name_key
+from zerda_store.model.names import is_acceptable_name, name_key
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from zerda_store import rows
-from zerda_store.records import Mention, NewTurn, Outcome
-from zerda_store.schema import contexts, entities, extractions, insert_columns, turns
+from zerda_store.db.schema import contexts, entities, extractions, insert_columns, turns
+from zerda_store.model.records import Mention, NewTurn, Outcome
+from zerda_store.turns import rows
 
 
 def test_the_builders_give_each_insert_column_once_in_table_order():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from zerda_store.cli_common import escaped
+from zerda_store.cli.common import escaped
 
 BIDI = {chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from zerda_store.transfer import ImportFormatError, read_session, write_session
+from zerda_store.transfer.format import ImportFormatError, read_session, write_session
 
 TURN = {
     "kind": "turn",

@@ -9,7 +9,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from zerda_store import Store, StoreError
-from zerda_store.engine import resolve_url, safe_url
+from zerda_store.db.engine import resolve_url, safe_url
 
 PARSED = {
     # written: (username, password, host, port, database, query)

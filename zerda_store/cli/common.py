@@ -1,0 +1,243 @@
+"""What the ``zerda-store`` commands share: the URL and store, one-line errors, and
+tables or JSON on standard output. Stored text in human-readable output is escaped
+(:func:`escaped`) so that it cannot drive the operator's terminal.
+
+The library is imported by the commands that use it, not here: ``zerda-store --help``
+loads click and the commands' own modules only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from ..errors import StoreError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+    from ..admin import AdminRepository
+    from ..db.engine import Store
+    from ..memory.conversation import ConversationEntityMemory
+
+# Control characters (Unicode category Cc: C0, DEL, C1) move the cursor, retitle the window
+# or start escape sequences; the bidi embeddings, overrides and isolates reorder the text
+# around them.
+_ACTING_ON_TERMINAL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(found: re.Match[str]) -> str:
+    return found.group().encode("unicode_escape").decode("ascii")
+
+
+def escaped(text: object) -> str:
+    """``text`` with every character a terminal would act on written out visibly, as in a
+    Python string literal (``\\x1b``, ``\\r``, ``\\n``, ``\\u202e``): stored text shows as
+    text, on one line. Everything else, backslashes included, is left as it is."""
+    return _ACTING_ON_TERMINAL.sub(_escape, str(text))
+
+
+def print_text(text: str) -> None:
+    """Print human-readable text: its own line breaks are kept, everything else a terminal
+    would act on is escaped."""
+    click.echo("\n".join(escaped(line) for line in text.split("\n")))
+
+
+class Context:
+    """What every command shares: the URL and options, and a store opened on first use.
+
+    Reading commands open the store read-only and never create or migrate a database;
+    commands that change an existing memory need a zerda_store database there (a SQLite
+    one behind head upgrades itself, as the Python API's does); only the commands that
+    bring data in (``db upgrade``, ``import``, ``copy``'s destination, ``demo``) create one.
+    """
+
+    def __init__(
+        self, database_url: str | None, *, read_only: bool = False, schema: str | None = None
+    ) -> None:
+        self.database_url = database_url
+        self.read_only = read_only
+        self.schema = schema
+        self._store: Store | None = None
+        self._urls: list[URL] = []
+
+    def open(self, *, reading: bool) -> Store:
+        from ..db.engine import Store
+
+        if self._store is None:
+            self._store = Store(
+                self.database_url, read_only=self.read_only or reading, schema=self.schema
+            )
+        return self._store
+
+    @property
+    def store(self) -> Store:
+        """The store for the commands that may create the schema (read-only with --read-only)."""
+        return self.open(reading=False)
+
+    def open_store(self, database_url: str | None) -> Store:
+        """A store on ``database_url``, whose secrets :meth:`scrub` then masks (the caller
+        closes it)."""
+        from ..db.engine import Store, resolve_url
+
+        url = resolve_url(database_url)
+        self._urls.append(url)
+        return Store(url)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the secrets of every URL this command was given masked (the demo
+        opens its own store on the main URL)."""
+        from ..db.engine import resolve_url
+        from ..db.urls import scrub
+
+        urls = list(self._urls)
+        with contextlib.suppress(StoreError):
+            urls.append(resolve_url(self.database_url))
+        for url in urls:
+            text = scrub(text, url)
+        return text
+
+    def reading_store(self) -> Store:
+        """A read-only store on a zerda_store database at head."""
+        from ..db import migrate
+
+        store = self.open(reading=True)
+        migrate.ensure_schema(store, auto_migrate=False, create=False)
+        return store
+
+    def changing_store(self) -> Store:
+        """A store on an existing zerda_store database, for changing what it holds."""
+        from ..db import migrate
+
+        store = self.open(reading=False)
+        store.require_file()
+        migrate.ensure_schema(store, auto_migrate=None, create=False)
+        return store
+
+    def reader(self) -> AdminRepository:
+        from ..admin import AdminRepository
+
+        return AdminRepository(self.reading_store())
+
+    def memory(self, session_id: str) -> ConversationEntityMemory:
+        """A memory on the session for reading it."""
+        from ..memory.conversation import ConversationEntityMemory
+
+        return ConversationEntityMemory(store=self.reading_store(), session_id=session_id)
+
+    def memory_knowing(
+        self, session_id: str, name: str, *, reading: bool = True
+    ) -> ConversationEntityMemory:
+        """The session's memory, in the session's own key mode, in which NAME is an entity."""
+        from ..memory.conversation import ConversationEntityMemory
+
+        store = self.reading_store() if reading else self.changing_store()
+        memory = ConversationEntityMemory.for_session(store, session_id)
+        if name not in memory.entity_store:
+            raise LookupError(f"no entity {name!r} in session {session_id!r}")
+        return memory
+
+    def repository(self) -> AdminRepository:
+        """The operators' queries on a database that may be created or migrated first."""
+        from ..admin import AdminRepository
+        from ..db import migrate
+
+        migrate.ensure_schema(self.store, auto_migrate=None)
+        return AdminRepository(self.store)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+class Group(click.Group):
+    """Turns the expected failures into one line, with no secret of any URL in it."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (StoreError, LookupError, ValueError) as exc:
+            message = exc.args[0] if isinstance(exc, LookupError) and exc.args else exc
+            raise click.ClickException(escaped(_scrubbed(ctx, str(message)))) from None
+        except Exception as exc:
+            converted = _one_line(ctx, exc)
+            if converted is exc:
+                raise
+            raise converted from None
+
+
+def _one_line(ctx: click.Context, exc: Exception) -> Exception:
+    """The one-line error for a driver error or an Alembic refusal (a revision it does not
+    know); ``exc`` itself for anything else. Their classes are looked up among the loaded
+    modules: a command that never loaded SQLAlchemy or Alembic cannot have raised them."""
+    sqlalchemy_errors = sys.modules.get("sqlalchemy.exc")
+    if sqlalchemy_errors is not None and isinstance(exc, sqlalchemy_errors.DBAPIError):
+        from ..db.engine import first_line
+
+        detail = first_line(exc) if isinstance(ctx.obj, Context) else type(exc).__name__
+        return click.ClickException(escaped(_scrubbed(ctx, f"database error: {detail}")))
+    alembic_errors = sys.modules.get("alembic.util.exc")
+    if alembic_errors is not None and isinstance(exc, alembic_errors.CommandError):
+        return click.ClickException(escaped(_scrubbed(ctx, str(exc))))
+    return exc
+
+
+def _scrubbed(ctx: click.Context, message: str) -> str:
+    return ctx.obj.scrub(message) if isinstance(ctx.obj, Context) else message
+
+
+T = TypeVar("T")
+
+
+def progress(items: Iterable[T], desc: str, unit: str) -> Iterable[T]:
+    """``items`` with a progress bar on standard error (when it is a terminal); tqdm is
+    loaded by the commands that show one."""
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit=unit, disable=None, file=sys.stderr)  # type: ignore[no-any-return]
+
+
+def when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    moment = dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """Rows as a table under the column names, each cell escaped and on one line."""
+    cells = [[escaped(row[column]) for column in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def output(
+    rows: Sequence[dict[str, Any]],
+    as_json: bool,
+    columns: Sequence[str],
+    shown: Callable[[dict[str, Any]], dict[str, Any]] = lambda row: row,
+) -> None:
+    if as_json:
+        click.echo(json.dumps(list(rows), ensure_ascii=False, indent=2))
+    elif rows:
+        print_table([shown(row) for row in rows], columns)
+    else:
+        click.echo("(none)")
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+session_option = click.option("--session", "session_id", required=True, help="The session id.")
+
+
+def require_session(obj: Context, session_id: str) -> None:
+    if not obj.reader().session_exists(session_id):
+        raise LookupError(f"no session {session_id!r} in this database")

@@ -1,0 +1,165 @@
+"""The identity commands: ``alias``, ``merge``, ``unmerge``, ``merges`` and the listing
+behind ``entities --similar``; thin over :class:`ConversationEntityMemory`'s identity API.
+
+A merge is never made for the operator: ``entities --similar`` only suggests pairs, and
+each merge is logged so that ``unmerge`` can undo it exactly."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from ..memory.conversation import ConversationEntityMemory
+
+from .common import Context, json_option, output, print_text, session_option, when
+
+# Merge ids are 64-bit row ids: a larger number names no merge (and no driver takes it).
+_MERGE_ID = click.IntRange(1, 2**63 - 1)
+
+
+def session_memory(obj: Context, session_id: str, *, reading: bool) -> ConversationEntityMemory:
+    """The existing session's memory, in its own key mode: on a read-only store for
+    reading, else on a writable one (a read-only store is refused before anything)."""
+    from ..admin import AdminRepository
+    from ..memory.conversation import ConversationEntityMemory
+
+    store = obj.reading_store() if reading else obj.changing_store()
+    if not reading:
+        store.check_writable()
+    if not AdminRepository(store).session_exists(session_id):
+        raise LookupError(f"no session {session_id!r} in this database")
+    return ConversationEntityMemory.for_session(store, session_id)
+
+
+def _command(*words: str) -> str:
+    """A command line an operator can paste (arguments quoted for the shell)."""
+    return "zerda-store " + " ".join(shlex.quote(word) for word in words)
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+# -- aliases ------------------------------------------------------------------------------
+
+
+@click.group()
+def alias() -> None:
+    """Add, remove or list a session's aliases (other names of an entity)."""
+
+
+@alias.command("add")
+@click.argument("name")
+@click.argument("alias_name", metavar="ALIAS")
+@session_option
+@click.pass_obj
+def alias_add(obj: Context, name: str, alias_name: str, session_id: str) -> None:
+    """Make ALIAS another name of the entity NAME: a mention of ALIAS then names it."""
+    memory = session_memory(obj, session_id, reading=False)
+    added = memory.add_alias(name, alias_name)
+    info = memory.get_entity_info(name)
+    entity = info["name"] if info is not None else name
+    if added:
+        print_text(f"{alias_name!r} is now an alias of {entity!r}")
+    else:
+        print_text(f"{alias_name!r} was an alias of {entity!r} already")
+
+
+@alias.command("remove")
+@click.argument("alias_name", metavar="ALIAS")
+@session_option
+@click.pass_obj
+def alias_remove(obj: Context, alias_name: str, session_id: str) -> None:
+    """Stop ALIAS naming its entity (the entity and its snippets stay)."""
+    memory = session_memory(obj, session_id, reading=False)
+    if not memory.remove_alias(alias_name):
+        raise LookupError(f"no alias {alias_name!r} in session {session_id!r}")
+    print_text(f"removed the alias {alias_name!r}")
+
+
+@alias.command("list")
+@session_option
+@json_option
+@click.pass_obj
+def alias_list(obj: Context, session_id: str, as_json: bool) -> None:
+    """List a session's aliases: entity, alias and source (manual, merge or mention)."""
+    rows = session_memory(obj, session_id, reading=True).aliases()
+    output(rows, as_json, ("entity", "alias", "source"))
+
+
+# -- merges -------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("keep")
+@click.argument("other")
+@session_option
+@json_option
+@click.pass_obj
+def merge(obj: Context, keep: str, other: str, session_id: str, as_json: bool) -> None:
+    """Merge the entity OTHER into KEEP: its snippets and aliases move, its name becomes
+    an alias of KEEP. Logged, and undone exactly by `unmerge`."""
+    receipt = session_memory(obj, session_id, reading=False).merge_entities(keep, other)
+    if as_json:
+        _print_json(receipt)
+        return
+    print_text(
+        f"merged {receipt['merged']!r} into {receipt['kept']!r} (merge {receipt['merge_id']}): "
+        f"{receipt['moved_snippets']} snippets moved, {receipt['dropped_snippets']} dropped "
+        f"(same turn), {receipt['moved_aliases']} aliases moved"
+    )
+    print_text(
+        f"undo with: {_command('unmerge', str(receipt['merge_id']), '--session', session_id)}"
+    )
+
+
+@click.command()
+@click.argument("merge_id", type=_MERGE_ID)
+@session_option
+@json_option
+@click.pass_obj
+def unmerge(obj: Context, merge_id: int, session_id: str, as_json: bool) -> None:
+    """Undo merge MERGE_ID (see `merges`): both entities as they were before it."""
+    entry = session_memory(obj, session_id, reading=False).unmerge(merge_id)
+    if as_json:
+        _print_json(entry)
+        return
+    print_text(
+        f"undid merge {entry['merge_id']}: {entry['kept']!r} and {entry['merged']!r} "
+        "are two entities again"
+    )
+
+
+@click.command()
+@session_option
+@json_option
+@click.pass_obj
+def merges(obj: Context, session_id: str, as_json: bool) -> None:
+    """List a session's merge log, oldest first (undone merges too)."""
+    rows = session_memory(obj, session_id, reading=True).merges()
+    output(
+        rows,
+        as_json,
+        ("id", "kept", "merged", "reason", "when", "undone"),
+        lambda row: {
+            **row,
+            "id": row["merge_id"],
+            "when": when(row["created_at"]),
+            "undone": when(row["undone_at"]),
+        },
+    )
+
+
+def similar(obj: Context, session_id: str, as_json: bool) -> None:
+    """``entities --similar``: pairs of entities that may be one, with how to merge them."""
+    rows = session_memory(obj, session_id, reading=True).similar_entities()
+    output(rows, as_json, ("a", "b", "reason"))
+    if not as_json and rows:
+        print_text(
+            "never merged automatically; to merge B into A: "
+            + _command("merge", "A", "B", "--session", session_id)
+        )

@@ -1,0 +1,118 @@
+"""The ``zerda-store`` commands that move data: export, import and copy."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+
+from .common import Context, progress, require_session, session_option
+
+
+@click.command("export")
+@session_option
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    required=True,
+    help="File to write (JSON Lines); - for standard output. Written whole or not at all.",
+)
+@click.pass_obj
+def export_command(obj: Context, session_id: str, output: str) -> None:
+    """Write one session (turns, entities, snippets, timestamps) as JSON Lines, ending
+    with a line of counts and a checksum that `import` requires."""
+    from ..transfer.format import write_session, write_session_file
+
+    require_session(obj, session_id)
+    rules = obj.reader().key_rules(session_id)
+    records = progress(obj.reader().export_session(session_id), "export", " rows")
+    if output == "-":
+        lines = write_session(sys.stdout, session_id, records, rules)
+    else:
+        with _file_errors(output):
+            lines = write_session_file(output, session_id, records, rules)
+    click.echo(f"exported session {session_id!r}: {lines} lines", err=True)
+
+
+@contextmanager
+def _file_errors(path: str) -> Iterator[None]:
+    """A file that cannot be read or written (no such folder, a full disk) is one line."""
+    try:
+        yield
+    except OSError as exc:
+        raise click.ClickException(f"cannot use {path}: {exc.strerror or exc}") from None
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@session_option
+@click.option("--merge", is_flag=True, help="Add to a session that already holds data.")
+@click.option(
+    "--unverified",
+    is_flag=True,
+    help="Accept a file of the first export format, which has no end line to verify.",
+)
+@click.pass_obj
+def import_command(obj: Context, file: str, session_id: str, merge: bool, unverified: bool) -> None:
+    """Read a session exported by `export` into SESSION, in one transaction. The whole
+    file is checked first; a bad or truncated file is refused, and nothing is written."""
+    from ..db.validation import checked_session_id
+    from ..transfer.checks import file_key_rules
+    from ..transfer.format import ExportFile
+
+    checked_session_id(session_id)
+    with _file_errors(file), _readable(file) as path:
+        export = ExportFile(path)
+        checked = export.check(allow_unverified=unverified)
+        counts = obj.repository().import_session(
+            session_id, export, merge=merge, key_rules=file_key_rules(checked)
+        )
+    click.echo(
+        f"imported into {session_id!r}: {counts['turns']} turns, {counts['entities']} entities, "
+        f"{counts['contexts']} snippets"
+    )
+
+
+@contextmanager
+def _readable(file: str) -> Iterator[str]:
+    """A path that can be read twice (checked, then imported): standard input is copied
+    to a temporary file first."""
+    if file != "-":
+        yield file
+        return
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".jsonl") as copy:
+        for line in sys.stdin:
+            copy.write(line)
+        copy.flush()
+        yield copy.name
+
+
+@click.command()
+@click.option("--to", "destination", required=True, help="URL of the database to copy into.")
+@click.option("--session", "session_id", help="Copy one session (default: every session).")
+@click.pass_obj
+def copy(obj: Context, destination: str, session_id: str | None) -> None:
+    """Copy sessions into another database (e.g. SQLite to Postgres).
+
+    Sessions that already hold data there are skipped, so an interrupted copy can be run
+    again to finish it.
+    """
+    from ..db import migrate
+
+    source = obj.reader()
+    ids = [session_id] if session_id else [s.session_id for s in source.sessions()]
+    if session_id:
+        require_session(obj, session_id)
+    with obj.open_store(destination) as target_store:
+        migrate.ensure_schema(target_store, auto_migrate=None)
+        report = source.copy_to(
+            target_store,
+            ids,
+            lambda items: progress(items, "copy", " sessions"),
+        )
+    click.echo(f"copied {report.copied} sessions, skipped {report.skipped} already present")

@@ -1,0 +1,1 @@
+"""The database: schema, URLs, engines, units of work, statements compiled once, migrations."""

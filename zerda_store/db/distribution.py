@@ -1,0 +1,189 @@
+"""Spreading sessions over machines with Citus: which tables are distributed by
+``session_id`` (co-located, so a session's rows of every table sit on one shard) and which
+are reference tables (copied to every node), the catalog rules the schema must follow for
+that, and ``db distribute``, which applies it.
+
+Citus's rules, read from the Postgres catalog: every primary key and unique constraint of a
+distributed table includes ``session_id``; every foreign key between distributed tables
+includes it on both sides; generated ids are ``bigint``. Revision 0007 made the primary and
+foreign keys follow them; :data:`KNOWN_EXCEPTIONS` is empty, and ``distribute`` refuses
+while any rule is broken rather than leave a half-distributed database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..errors import SchemaNotCurrentError, StoreError
+from . import migrate
+from .engine import Store
+
+DISTRIBUTION_COLUMN = "session_id"
+# Distributed by session, co-located with the first; parents before the tables that refer
+# to them (Citus distributes a table only after the tables its foreign keys name).
+DISTRIBUTED_TABLES = (
+    "turns",
+    "entities",
+    "contexts",
+    "extractions",
+    "entity_aliases",
+    "entity_merges",
+    "session_key_rules",
+)
+# Small, read by every session (the default policy has session_id ''): a copy on each node.
+REFERENCE_TABLES = ("retention_policies",)
+
+
+@dataclass(frozen=True, order=True)
+class Violation:
+    """One constraint or column of a distributed table that breaks one of Citus's rules."""
+
+    table: str
+    name: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.table}.{self.name}: {self.rule}"
+
+
+PRIMARY_KEY = "primary key without session_id"
+UNIQUE = "unique constraint without session_id"
+FOREIGN_KEY = "foreign key between distributed tables without session_id on both sides"
+NOT_BIGINT = "generated id that is not bigint"
+NO_COLUMN = "no session_id column"
+
+# What the schema breaks: nothing since revision 0007 (a test reads the catalog to hold it).
+KNOWN_EXCEPTIONS: frozenset[Violation] = frozenset()
+
+_CONSTRAINTS = sa.text(
+    """
+    SELECT rel.relname AS "table", c.conname AS name, c.contype AS kind,
+           ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(n, i)
+                 JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n
+                 ORDER BY k.i) AS key_columns,
+           ref.relname AS referred,
+           ARRAY(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY k(n, i)
+                 JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n
+                 ORDER BY k.i) AS referred_columns
+    FROM pg_constraint c
+    JOIN pg_class rel ON rel.oid = c.conrelid
+    LEFT JOIN pg_class ref ON ref.oid = c.confrelid
+    WHERE rel.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+      AND c.contype IN ('p', 'u', 'f')
+    """
+)
+_GENERATED = sa.text(
+    """
+    SELECT table_name AS "table", column_name AS name, data_type
+    FROM information_schema.columns
+    WHERE table_schema = current_schema()
+      AND (column_default LIKE 'nextval(%' OR is_identity = 'YES')
+    """
+)
+_SESSION_COLUMNS = sa.text(
+    """
+    SELECT table_name FROM information_schema.columns
+    WHERE table_schema = current_schema() AND column_name = :column
+    """
+)
+
+
+def violations(connection: Connection) -> set[Violation]:
+    """What the distributed tables of the connection's current schema break of Citus's
+    rules, read from pg_constraint, pg_attribute and information_schema."""
+    distributed = set(DISTRIBUTED_TABLES)
+    found: set[Violation] = set()
+    for row in connection.execute(_CONSTRAINTS):
+        if row.table not in distributed:
+            continue
+        if row.kind in ("p", "u") and DISTRIBUTION_COLUMN not in row.key_columns:
+            found.add(Violation(row.table, row.name, PRIMARY_KEY if row.kind == "p" else UNIQUE))
+        if row.kind == "f" and row.referred in distributed and not _paired(row):
+            found.add(Violation(row.table, row.name, FOREIGN_KEY))
+    for row in connection.execute(_GENERATED):
+        if row.table in distributed and row.data_type != "bigint":
+            found.add(Violation(row.table, row.name, NOT_BIGINT))
+    with_column = set(
+        connection.execute(_SESSION_COLUMNS, {"column": DISTRIBUTION_COLUMN}).scalars()
+    )
+    found |= {Violation(t, DISTRIBUTION_COLUMN, NO_COLUMN) for t in distributed - with_column}
+    return found
+
+
+def _paired(row: sa.Row[object]) -> bool:
+    """Whether a foreign key matches session_id with session_id."""
+    pairs = zip(row.key_columns, row.referred_columns, strict=True)
+    return (DISTRIBUTION_COLUMN, DISTRIBUTION_COLUMN) in set(pairs)
+
+
+def statements() -> list[str]:
+    """The Citus calls that distribute zerda_store's tables, in the order they must run."""
+    calls = [f"SELECT create_reference_table('{table}')" for table in REFERENCE_TABLES]
+    anchor = DISTRIBUTED_TABLES[0]
+    for table in DISTRIBUTED_TABLES:
+        colocation = "" if table == anchor else f", colocate_with => '{anchor}'"
+        calls.append(
+            f"SELECT create_distributed_table('{table}', '{DISTRIBUTION_COLUMN}'{colocation})"
+        )
+    return calls
+
+
+def citus_version(connection: Connection) -> str | None:
+    """The version of the citus extension in the database, None if it is not installed."""
+    query = sa.text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")
+    return connection.execute(query).scalar()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``distribute`` would run, and what stops it (nothing runs while anything does)."""
+
+    statements: list[str]
+    blockers: list[str]
+
+
+def plan(store: Store) -> Plan:
+    """The statements and the blockers, without changing anything. Refused (StoreError) on
+    SQLite and on a database that is not at the head revision."""
+    if store.dialect != "postgresql":
+        raise StoreError(
+            "db distribute needs Postgres with the citus extension: a SQLite database "
+            "cannot be distributed"
+        )
+    revision = migrate.require_store_database(store)
+    if revision != migrate.head_revision():
+        raise SchemaNotCurrentError(
+            f"the schema of {store.safe_url} is at revision {revision}: run "
+            "`zerda-store db upgrade` before distributing it"
+        )
+    with store.connect() as connection:
+        blockers = [] if citus_version(connection) else [_no_citus(store)]
+        blockers += [
+            f"{v} (see the README, Running on Citus)" for v in sorted(violations(connection))
+        ]
+    return Plan(statements(), blockers)
+
+
+def distribute(store: Store) -> list[str]:
+    """Distribute the tables (one transaction, under the migrations' lock); the statements
+    run. Refused, with nothing changed, when anything blocks it: the first blocker is the
+    message."""
+    store.check_writable()
+    found = plan(store)
+    if found.blockers:
+        more = f" (and {len(found.blockers) - 1} more)" if len(found.blockers) > 1 else ""
+        raise StoreError(f"cannot distribute: {found.blockers[0]}{more}")
+    with migrate.locked_connection(store) as connection:
+        for statement in found.statements:
+            connection.exec_driver_sql(statement)
+    return found.statements
+
+
+def _no_citus(store: Store) -> str:
+    return (
+        f"the citus extension is not installed in {store.safe_url}: run it on a Citus "
+        "coordinator and CREATE EXTENSION citus first"
+    )

@@ -1,0 +1,402 @@
+"""Database URLs and the shared :class:`Store` (its engines' connection settings are in
+:mod:`connection_settings`, its async half in :mod:`async_store`).
+
+SQLite gets durable commits, a busy timeout, foreign keys, and write transactions that
+begin IMMEDIATE (a deferred read-then-write transaction cannot wait for a concurrent writer
+and fails with "database is locked"); WAL is switched on where the schema is created
+(:mod:`migrate`), never on a file merely opened. Postgres goes through psycopg 3 with pre-ping
+and a connect timeout, so a dead server fails in seconds instead of hanging.
+
+A store opened with ``read_only=True`` never writes: SQLite opens the file with ``mode=ro``
+(and, in a folder where SQLite cannot create the ``-shm`` file a WAL database needs, with
+``immutable=1`` when no ``-wal`` file holds changes); Postgres sessions run with
+``default_transaction_read_only``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Dialect
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from ..errors import (
+    CommitOutcomeUnknownError,
+    DatabaseUnavailableError,
+    LockTimeoutError,
+    PoolExhaustedError,
+    ReadOnlyStoreError,
+    SchemaNotCurrentError,
+    StoreError,
+)
+from . import unit_of_work
+from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncStore
+from .settings import (
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_POOL_TIMEOUT,
+    IMMUTABLE,
+    NO_PING,
+    SQLITE_BUSY_TIMEOUT_MS,
+    Durability,
+    checked_schema,
+    create_store_engine,
+)
+from .unit_of_work import SessionLock, Transaction
+from .urls import parse_url, safe_url, scrub, with_password_from_query
+
+__all__ = [
+    "DATABASE_URL_ENV",
+    "DEFAULT_DATABASE_URL",
+    "DEFAULT_LOCK_TIMEOUT",
+    "SQLITE_BUSY_TIMEOUT_MS",
+    "CommitOutcomeUnknownError",
+    "DatabaseUnavailableError",
+    "Durability",
+    "LockTimeoutError",
+    "ReadOnlyStoreError",
+    "SchemaNotCurrentError",
+    "Store",
+    "StoreError",
+    "create_store_engine",
+    "resolve_url",
+    "safe_url",
+]
+
+logger = logging.getLogger("zerda_store.engine")
+
+DEFAULT_DATABASE_URL = "sqlite:///zerda_store.db"
+DATABASE_URL_ENV = "ZERDA_STORE_DATABASE_URL"
+T = TypeVar("T")
+C = TypeVar("C")
+S = TypeVar("S")
+
+# Driver connections kept between units of work, outside the pool (the pool's others stay
+# free for SQLAlchemy's own connections).
+KEPT_CONNECTIONS = 4
+# A connection idle longer than this goes back to the pool (its recycling and a liveness
+# check apply there) instead of being used again directly.
+KEPT_SECONDS = 30.0
+
+# Connections a forked child inherited from its parent's stores: referenced for the life
+# of the child so that garbage collection never closes the parent's sockets.
+_INHERITED: list[Any] = []
+
+
+def resolve_url(database_url: str | URL | None = None) -> URL:
+    """The URL to use: the argument, else ``ZERDA_STORE_DATABASE_URL``, else the SQLite file.
+
+    ``postgresql://`` and ``postgres://`` URLs are mapped to the psycopg 3 driver. A password
+    may hold unencoded ``@`` signs, or come as ``?password=`` (it then becomes the URL's
+    password, which is never shown).
+    """
+    raw = database_url or os.environ.get(DATABASE_URL_ENV) or DEFAULT_DATABASE_URL
+    if isinstance(raw, str) and raw.startswith("postgres://"):
+        raw = "postgresql://" + raw[len("postgres://") :]
+    try:
+        url = parse_url(raw) if isinstance(raw, str) else raw
+        url.port  # noqa: B018  (a port that is not a number is found here, not later)
+    except (ArgumentError, ValueError):
+        raise StoreError(
+            "could not parse the database URL; expected e.g. sqlite:///file.db "
+            "or postgresql://user@host/dbname"
+        ) from None
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    if url.get_backend_name() == "postgresql":
+        url = with_password_from_query(url)
+    return url
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of a driver error (SQLAlchemy's wrapper adds the statement and a
+    link), as it came, secrets and all: pass it through :func:`scrub` before showing it."""
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return detail[0] if detail else type(exc).__name__
+
+
+class Store(AsyncStore):
+    """One engine (one connection pool) and one set of compiled statements that many
+    memories can share.
+
+    ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
+    connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
+    a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
+    ``await`` :meth:`aclose`); closing never deletes data. Its async methods
+    (:class:`AsyncStore`) use a second pool, on the async drivers.
+
+    ``read_only=True`` opens the database for reading only: it is never created, migrated
+    or written (a SQLite file that is not there is a :class:`DatabaseUnavailableError`, a
+    write a :class:`ReadOnlyStoreError`). ``schema`` (Postgres) names the schema that holds
+    zerda_store's tables (it goes first on the connections' search_path; ``db upgrade``
+    creates it if needed).
+    """
+
+    def __init__(
+        self,
+        database_url: str | URL | None = None,
+        *,
+        durability: Durability = "full",
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        read_only: bool = False,
+        schema: str | None = None,
+        llm_workers: int = DEFAULT_LLM_WORKERS,
+        async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+    ):
+        for name, seconds in (("lock_timeout", lock_timeout), ("pool_timeout", pool_timeout)):
+            if not seconds > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {seconds}")
+        self.pool_timeout = float(pool_timeout)
+        self.url = resolve_url(database_url)
+        self.lock_timeout = float(lock_timeout)
+        self.durability: Durability = durability
+        self.read_only = read_only
+        self.schema = checked_schema(schema) if schema is not None else None
+        self.init_async(llm_workers, async_pool_size)
+        self._statements: dict[Callable[[Dialect], Any], Any] = {}
+        self._statements_lock = threading.Lock()
+        self._idle: list[tuple[Any, float]] = []
+        self._pid = os.getpid()
+        try:
+            self.engine = create_store_engine(
+                self.url,
+                durability=durability,
+                lock_timeout=self.lock_timeout,
+                read_only=read_only,
+                schema=self.schema,
+                pool_timeout=self.pool_timeout,
+            )
+        except (ArgumentError, ImportError, ValueError) as exc:
+            raise StoreError(
+                f"cannot use the database URL {safe_url(self.url)}: "
+                f"{scrub(str(exc), self.url)}; zerda_store runs on sqlite:/// and postgresql:// URLs"
+            ) from None
+        self.dialect = self.engine.dialect.name
+        if read_only:
+            self.require_file()
+        event.listen(self.engine, "engine_disposed", self._drop_kept)
+        self.schema_checked = False
+        self.schema_lock = threading.Lock()
+        self.closed = False
+        self._sweeper: Any = None
+
+    def __repr__(self) -> str:
+        return f"Store({safe_url(self.url)!r})"
+
+    @property
+    def location(self) -> str:
+        """Where the database is, for messages: the SQLite file's path, else the URL
+        without its password."""
+        return str(self.url.database) if self.dialect == "sqlite" else safe_url(self.url)
+
+    def require_file(self) -> None:
+        """Raise :class:`DatabaseUnavailableError` if this is a SQLite file that is not
+        there (opening it would create an empty database)."""
+        if self.dialect == "sqlite" and not Path(str(self.url.database)).is_file():
+            raise DatabaseUnavailableError(f"no database file at {self.url.database}")
+
+    def check_writable(self) -> None:
+        """Raise :class:`ReadOnlyStoreError` if this store was opened read-only."""
+        if self.read_only:
+            raise ReadOnlyStoreError(
+                f"{self.location} is open read-only: nothing was written "
+                "(open it without read_only / --read-only to change it)"
+            )
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the pool's connections (stopping the sweeper first, if it runs); the store
+        cannot be used afterwards. From async code prefer :meth:`aclose`, which also closes
+        the async pool's connections properly (here they are only dropped when an event
+        loop is running)."""
+        self.stop_sweeper()
+        self.closed = True
+        self.drop_connections()
+        self.close_async()
+
+    # The retention sweeper lives in zerda_store.retention.pruning, above this module: imported when
+    # started, so that a store without one never loads it.
+
+    def start_sweeper(
+        self, interval: float = 3600.0, *, now: Callable[[], float] = time.time
+    ) -> None:
+        """Start a daemon thread that prunes every session with a retention policy every
+        ``interval`` seconds (each round in batches, like ``prune``), until
+        :meth:`stop_sweeper` or :meth:`close`. Off unless started; errors are logged."""
+        from ..retention.pruning import Pruner
+        from ..retention.sweeper import Sweeper
+
+        if self._sweeper is not None and self._sweeper.running:
+            raise StoreError("the sweeper is already running; stop it first")
+        self._sweeper = Sweeper(Pruner(self, now=now), interval)
+        self._sweeper.start()
+
+    def stop_sweeper(self, timeout: float | None = None) -> None:
+        """Stop the sweeper (if it runs) and wait for its current round to finish."""
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.stop(timeout)
+
+    @property
+    def sweeper(self) -> Any:
+        """The running sweeper (its ``rounds`` and ``last_receipt``), or None."""
+        return self._sweeper
+
+    @contextmanager
+    def connect(self, *, ping: bool = True) -> Iterator[Connection]:
+        """A connection, with connection failures reported as :class:`DatabaseUnavailableError`.
+
+        ``ping=False`` skips the Postgres liveness check, for callers that run again whole
+        when the connection turns out dead."""
+        with self._checked_out(self.engine.connect, ping=ping) as connection:
+            yield connection
+
+    def _checked_out(self, open_connection: Callable[[], C], *, ping: bool) -> C:
+        if self.closed:
+            raise StoreError("this store is closed")
+        token = NO_PING.set(not ping)
+        try:
+            return open_connection()
+        # A pool's raw connection reports the driver's own error, not SQLAlchemy's.
+        except (DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
+            raise self.unavailable(exc) from None
+        except PoolTimeout:
+            raise self.pool_exhausted() from None
+        finally:
+            NO_PING.reset(token)
+
+    def pool_exhausted(self) -> PoolExhaustedError:
+        """The error to raise when no connection of the pool came free in time."""
+        pool: Any = self.engine.pool
+        return PoolExhaustedError(
+            f"all {pool.size() + pool._max_overflow} connections of the store's pool to "
+            f"{self.location} stayed in use for {self.pool_timeout:g} s (pool_timeout): "
+            "fewer threads at once on one store, or a larger pool with "
+            "Store(async_pool_size=...); nothing was run"
+        )
+
+    @contextmanager
+    def query(self) -> Iterator[Connection]:
+        """A SQLAlchemy connection in a read transaction, rolled back at the end, for the
+        operators' queries (on SQLite one snapshot; on Postgres, at READ COMMITTED, each
+        statement sees its own)."""
+        with self.connect() as connection, connection.begin():
+            yield connection
+
+    def write(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
+        """Run ``work`` as one write transaction (:func:`unit_of_work.write`)."""
+        self.check_writable()
+        return unit_of_work.write(self, work, lock)
+
+    def read(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+        """Run ``work``, reads only (:func:`unit_of_work.read`)."""
+        return unit_of_work.read(self, work, snapshot=snapshot)
+
+    def borrow(self) -> Any:
+        """A driver connection for one attempt of a unit of work: one that an earlier unit
+        gave back, else one from the pool. No liveness ping: a unit of work meets a dead
+        connection at its first statement and runs again."""
+        if self._pid != os.getpid():
+            self._after_fork()
+        if not self.closed:
+            try:
+                connection, kept_at = self._idle.pop()
+            except IndexError:
+                pass
+            else:
+                if time.monotonic() - kept_at < KEPT_SECONDS:
+                    return connection
+                # Back to the pool, and out again with its recycling and liveness ping.
+                connection.close()
+                return self._checked_out(self.engine.raw_connection, ping=True)
+        return self._checked_out(self.engine.raw_connection, ping=False)
+
+    def give_back(self, connection: Any, *, reusable: bool) -> None:
+        """Keep a connection a unit of work left with no transaction open for the next one
+        (skipping the pool's checkin, reset and checkout, a fifth of a recall's time on
+        SQLite); otherwise return it to the pool, which rolls back what is left open."""
+        reusable = reusable and not connection.info.get(IMMUTABLE)
+        if reusable and not self.closed and len(self._idle) < KEPT_CONNECTIONS:
+            self._idle.append((connection, time.monotonic()))
+            if self.closed:  # closed meanwhile
+                self.drop_connections()
+            return
+        connection.close()
+
+    def connections_in_use(self) -> int:
+        """How many of the pool's connections are in use right now (kept idle ones are
+        not: any unit of work may take them)."""
+        return int(self.engine.pool.checkedout()) - len(self._idle)  # type: ignore[attr-defined]
+
+    def drop_connections(self) -> None:
+        """Close every connection, kept or pooled (after a lost one, the others are most
+        likely gone with it, as SQLAlchemy assumes on its own path)."""
+        self.engine.dispose()  # the engine_disposed listener drops the kept ones
+
+    def _after_fork(self) -> None:
+        """In a forked child: never use, close or return the parent's connections (their
+        sockets and files are the parent's); keep them referenced so that nothing closes
+        them, and start a pool of the child's own."""
+        _INHERITED.append(self._idle)
+        self._idle, self._pid = [], os.getpid()
+        self.engine.dispose(close=False)
+
+    def _drop_kept(self, *_: object) -> None:
+        if self._pid != os.getpid():
+            self._after_fork()
+            return
+        while self._idle:
+            try:
+                connection, _kept_at = self._idle.pop()
+            except IndexError:
+                break
+            connection.invalidate()
+
+    def describe(self, exc: BaseException) -> str:
+        """The first line of a driver error, with every form of this store's secrets masked."""
+        return scrub(first_line(exc), self.url)
+
+    def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
+        """The error to raise when the database cannot be reached."""
+        return DatabaseUnavailableError(
+            f"cannot connect to {safe_url(self.url)}: {self.describe(exc)}"
+        )
+
+    def statements(self, factory: Callable[[Dialect], S]) -> S:
+        """The statements ``factory`` compiles for this store's dialect: made once per
+        store and shared by every memory on it, so that compiling never happens inside a
+        transaction after the first use."""
+        made = self._statements.get(factory)
+        if made is None:
+            with self._statements_lock:
+                made = self._statements.get(factory)
+                if made is None:
+                    made = self._statements[factory] = factory(self.engine.dialect)
+        return cast(S, made)
+
+    @property
+    def safe_url(self) -> str:
+        """This store's URL as messages show it, with every secret masked."""
+        return safe_url(self.url)
+
+    def lock_timeout_error(self, exc: BaseException) -> LockTimeoutError:
+        """The error to raise when a statement waited ``lock_timeout`` for a lock."""
+        return LockTimeoutError(
+            f"gave up after waiting {self.lock_timeout:g} s for a lock on {safe_url(self.url)} "
+            f"that another connection holds ({self.describe(exc)}); nothing was written. "
+            "Find the holder (Postgres: pg_locks / pg_stat_activity) or raise lock_timeout="
+        )

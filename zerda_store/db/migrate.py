@@ -1,0 +1,287 @@
+"""Schema management through Alembic, usable from an installed wheel.
+
+The revisions live in the top-level ``migrations/`` folder of the repository; the wheel
+carries a copy inside the package. Upgrades on Postgres hold an advisory lock, and on SQLite
+an IMMEDIATE transaction, so concurrent deploy jobs apply each revision exactly once.
+
+Only an upgrade creates zerda_store's schema, and a SQLite file is switched to WAL only then
+(WAL stays a property of the file). A store opened read-only is never migrated: upgrade and
+downgrade refuse it, and :func:`ensure_schema` only says what to run.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from ..errors import SchemaNotCurrentError
+from .engine import SQLITE_BUSY_TIMEOUT_MS, Store
+from .survey import (
+    Survey,
+    hidden_schema_error,
+    not_ours_error,
+    require_ours,
+    survey,
+    taken_names_error,
+    unknown_revision_error,
+)
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic is imported where a function needs it: importing zerda_store, or running a
+# command that never migrates, does not load it.
+
+# Any constant will do; it only has to be the same in every process that migrates.
+_ADVISORY_LOCK_KEY = 0x7A657264  # "zerd"
+MIGRATION_WAIT_MS = 600_000
+# Where a revision puts what it did to the data, for `zerda-store db upgrade` to print.
+UPGRADE_REPORT = "upgrade_report"
+ASSUME_NORMALIZED = "assume_normalized"
+
+
+def migrations_dir() -> Path:
+    """Where the revisions are: inside the installed package, else the repository checkout."""
+    package = Path(__file__).parent.parent
+    packaged = package / "migrations"
+    return packaged if packaged.is_dir() else package.parent / "migrations"
+
+
+def alembic_config(connection: Connection | None = None, stdout: TextIO | None = None) -> Config:
+    """An Alembic configuration for the packaged revisions, optionally bound to a connection."""
+    from alembic.config import Config
+
+    config = Config(stdout=stdout) if stdout is not None else Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@cache
+def head_revision() -> str:
+    """The newest revision this version of zerda_store knows."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "the migrations folder has no revisions"
+    return head
+
+
+@cache
+def known_revisions() -> frozenset[str]:
+    """Every revision of the packaged migrations."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    return frozenset(revision.revision for revision in script.walk_revisions())
+
+
+def current_revision(store: Store) -> str | None:
+    """The database's revision, or None for a database Alembic never touched."""
+    from alembic.runtime.migration import MigrationContext
+
+    with store.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def require_store_database(store: Store) -> str:
+    """The revision of a zerda_store database whose revision this version knows (head or
+    older); for anything else, the error that says what the database holds instead."""
+    return require_ours(store, survey(store), known_revisions())
+
+
+def _raw_sqlite(connection: Connection, pragma: str) -> None:
+    connection.connection.driver_connection.execute(pragma)  # type: ignore[union-attr]
+
+
+@contextmanager
+def locked_connection(store: Store) -> Iterator[Connection]:
+    """A connection in one transaction that only one migrating process holds at a time.
+
+    On SQLite foreign keys are switched off for the duration (batch migrations copy tables)
+    and checked before the commit.
+    """
+    store.check_writable()
+    with _alembic_connection(store, locked=True) as connection:
+        yield connection
+
+
+@contextmanager
+def _alembic_connection(store: Store, *, locked: bool) -> Iterator[Connection]:
+    """A connection in one transaction for Alembic (whose env.py wants SQLite's foreign keys
+    off); ``locked``: a write transaction that one migrating process holds at a time."""
+    with store.connect() as connection:
+        if store.dialect == "sqlite":
+            # Outside any transaction, where SQLite honours it; the driver is in autocommit.
+            _raw_sqlite(connection, "PRAGMA foreign_keys=OFF")
+            if locked:
+                # Another process may be rebuilding a large table: wait for it, not 5 s.
+                _raw_sqlite(connection, f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
+                connection.execution_options(sqlite_begin="IMMEDIATE")
+        try:
+            with connection.begin():
+                if locked and store.dialect == "postgresql":
+                    # Waiting for another deploy job, or for the locks of running saves, is
+                    # expected here: wait long, not the store's lock_timeout.
+                    connection.exec_driver_sql(f"SET LOCAL lock_timeout = {MIGRATION_WAIT_MS}")
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK_KEY}
+                    )
+                yield connection
+                if locked and store.dialect == "sqlite":
+                    problems = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if problems:
+                        raise SchemaNotCurrentError(f"migration broke foreign keys: {problems[:5]}")
+        finally:
+            if store.dialect == "sqlite":
+                _raw_sqlite(connection, "PRAGMA foreign_keys=ON")
+                _raw_sqlite(connection, f"PRAGMA busy_timeout={round(store.lock_timeout * 1000)}")
+
+
+def upgrade(
+    store: Store, revision: str = "head", *, assume_normalized: bool = False
+) -> list[dict[str, Any]]:
+    """Upgrade the schema (one process at a time; the others then find nothing to do).
+
+    Refused for a database whose revision is not one of zerda_store's, and, on Postgres,
+    for creating the schema while zerda_store's tables are in a schema off the search_path
+    (unless the store's ``schema=`` chose where to create it).
+
+    Returns what the revisions did to the data, one entry per session a revision re-keyed
+    or recorded (``session_id``, ``key_rules``, ``unsure``, ``rekeyed``, and ``merges``:
+    each ``merge_id``, ``kept`` and ``merged``), for the operator to read and undo.
+    ``assume_normalized``: a session whose records do not tell how its keys were made
+    (revision 0006) was written with ``normalize_names=True``; else it is kept exact.
+    """
+    report: list[dict[str, Any]] = []
+    store.check_writable()
+    found = survey(store)
+    if found.revision is None:
+        _prepare_new_schema(store, found)
+    elif found.revision not in known_revisions():
+        raise unknown_revision_error(store, found)
+    from alembic import command
+
+    with locked_connection(store) as connection:
+        if store.schema is not None:
+            _create_postgres_schema(connection, store.schema)
+        config = alembic_config(connection)
+        config.attributes[UPGRADE_REPORT] = report
+        config.attributes[ASSUME_NORMALIZED] = assume_normalized
+        command.upgrade(config, revision)
+    return report
+
+
+def _schema_chosen(store: Store) -> bool:
+    """Whether the schema to create in was chosen: ``schema=``, or a search_path in the
+    URL's options (``?options=-csearch_path%3Dname``)."""
+    options = store.url.query.get("options", "")
+    return store.schema is not None or "search_path" in str(options)
+
+
+def _prepare_new_schema(store: Store, found: Survey) -> None:
+    if found.taken_names:
+        raise taken_names_error(store, found)
+    if found.elsewhere and not _schema_chosen(store):
+        raise hidden_schema_error(store, found)
+    if store.dialect == "postgresql" and found.current_schema is None and store.schema is None:
+        raise SchemaNotCurrentError(
+            f"no schema on the search_path ({found.search_path}) of {store.location} exists: "
+            "create it first (CREATE SCHEMA ...), or choose the schema with schema= / "
+            "`zerda-store --schema`, which `db upgrade` creates"
+        )
+    if store.dialect == "sqlite":
+        switch_to_wal(store)
+
+
+def _create_postgres_schema(connection: Connection, schema: str) -> None:
+    """Create the chosen schema if it is missing (under the migration lock, so two deploy
+    jobs do not both create it; asked only when missing, as CREATE SCHEMA IF NOT EXISTS
+    needs the CREATE privilege even when it exists)."""
+    exists = connection.execute(
+        text("SELECT 1 FROM pg_namespace WHERE nspname = :schema"), {"schema": schema}
+    ).first()
+    if exists is None:
+        quoted = connection.dialect.identifier_preparer.quote_schema(schema)
+        connection.exec_driver_sql(f"CREATE SCHEMA {quoted}")
+
+
+def switch_to_wal(store: Store) -> None:
+    """Switch the SQLite file to WAL as zerda_store's schema is created in it (a file merely
+    opened keeps its journal mode; WAL persists in the file). The switch needs a lock that
+    SQLite does not wait for, so a process that creates the schema while another is
+    switching or migrating it tries again for a while."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    with store.connect() as connection:
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        while True:
+            try:
+                if driver.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    driver.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+def downgrade(store: Store, revision: str) -> None:
+    """Downgrade the schema to ``revision`` ("base" drops every table)."""
+    from alembic import command
+
+    with locked_connection(store) as connection:
+        command.downgrade(alembic_config(connection), revision)
+
+
+def check(store: Store) -> None:
+    """Raise ``alembic.util.exc.AutogenerateDiffsDetected`` if the tables differ from the
+    code. Only reads (a read-only store will do)."""
+    from alembic import command
+
+    with _alembic_connection(store, locked=False) as connection:
+        command.check(alembic_config(connection))
+
+
+def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = True) -> None:
+    """Make sure the database holds zerda_store's schema at head: upgrade it (SQLite by
+    default, never a read-only store) or say what to do. ``create=False`` never creates the
+    schema in a database without one (an older zerda_store schema may still be upgraded)."""
+    if store.schema_checked:
+        return
+    with store.schema_lock:
+        if store.schema_checked:
+            return
+        asked = auto_migrate
+        if store.read_only:
+            auto_migrate = False
+        elif auto_migrate is None:
+            auto_migrate = store.dialect == "sqlite"
+        found = survey(store)
+        if found.revision is None:
+            if found.taken_names:
+                raise taken_names_error(store, found)
+            # By default the schema is created only in an empty database: opening another
+            # application's file does not change it.
+            if not (auto_migrate and create) or (found.tables and asked is None):
+                raise not_ours_error(store, found)
+            upgrade(store)
+        elif found.revision != head_revision():
+            require_ours(store, found, known_revisions())
+            if not auto_migrate:
+                raise SchemaNotCurrentError(
+                    f"the database schema of {store.safe_url} is at revision {found.revision}, "
+                    f"this version of zerda_store needs {head_revision()}: run "
+                    "`zerda-store db upgrade` (or `alembic upgrade head`) against it first"
+                )
+            upgrade(store)
+        store.schema_checked = True

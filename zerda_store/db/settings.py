@@ -1,0 +1,264 @@
+"""Engines with the right connection settings, shared by the sync and the async engines.
+
+SQLite gets durable commits, a busy timeout, foreign keys, and write transactions that
+begin IMMEDIATE; a read-only store opens the file ``mode=ro`` (or ``immutable=1`` in a
+read-only folder). Postgres gets a connect timeout, keepalives, and its session settings
+(lock_timeout, default_transaction_read_only, search_path) as SET statements when each
+connection opens; secrets of the URL's query go to the driver beside the URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import sqlite3
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Dialect, Engine
+
+from ..errors import StoreError
+from .urls import secret_query
+
+logger = logging.getLogger("zerda_store.engine")
+
+CONNECT_TIMEOUT_SECONDS = 5
+# How long a call waits for a connection of the store's pool when all are in use (seconds).
+DEFAULT_POOL_TIMEOUT = 30.0
+# How long a statement waits for a lock another connection holds, by default (seconds):
+# Postgres's lock_timeout, SQLite's busy timeout.
+DEFAULT_LOCK_TIMEOUT = 5.0
+SQLITE_BUSY_TIMEOUT_MS = int(DEFAULT_LOCK_TIMEOUT * 1000)
+MIN_SQLITE_VERSION = (3, 35, 0)
+# SQLite's extended result code when a read-only connection cannot create the -shm file of a
+# WAL database because the folder is not writable (and no -wal file is there).
+SQLITE_READONLY_DIRECTORY = 1544
+# Marks (in the pool's record of a connection) a SQLite connection opened immutable=1.
+IMMUTABLE = "zerda_store_immutable"
+# A Postgres schema chosen with ``schema=``: a plain lower-case identifier, so that it goes
+# into search_path without quoting.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+Durability = Literal["full", "normal"]
+
+# True while a unit of work that runs again whole on a dead connection checks one out: it
+# needs no liveness ping first (a round trip on every checkout).
+NO_PING: ContextVar[bool] = ContextVar("zerda_store_no_ping", default=False)
+
+
+def _check_supported(url: URL) -> None:
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "postgresql" and driver != "psycopg":
+        raise StoreError(
+            f"the {driver} driver is not supported: use a postgresql:// or "
+            "postgresql+psycopg:// URL (pip install 'zerda-store[postgres]')"
+        )
+    if backend == "sqlite" and url.database in (None, "", ":memory:"):
+        raise StoreError(
+            "an in-memory SQLite database is not supported (each connection would see its "
+            "own empty database): use a file, e.g. sqlite:///memory.db in a temporary folder"
+        )
+    if backend not in ("sqlite", "postgresql"):
+        raise StoreError(
+            f"unsupported database {backend!r}: zerda_store runs on SQLite and Postgres"
+        )
+    if backend == "sqlite" and sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+        raise StoreError(
+            f"SQLite {sqlite3.sqlite_version} is too old: zerda_store needs 3.35 or newer "
+            "(for INSERT ... ON CONFLICT ... RETURNING)"
+        )
+
+
+def create_store_engine(
+    url: URL,
+    *,
+    durability: Durability = "full",
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    read_only: bool = False,
+    schema: str | None = None,
+    pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+) -> Engine:
+    """An engine configured for zerda_store's transactions on SQLite or Postgres; no
+    statement waits more than ``lock_timeout`` seconds for a lock, nor more than
+    ``pool_timeout`` for a connection. ``read_only`` opens connections that cannot write;
+    ``schema`` (Postgres) is put first on the search_path."""
+    driver_url, options = engine_options(url, lock_timeout, schema)
+    options["pool_timeout"] = pool_timeout
+    engine = sa.create_engine(driver_url, **options)
+    configure(engine, url, durability, lock_timeout, read_only, schema)
+    return engine
+
+
+def engine_options(url: URL, lock_timeout: float, schema: str | None) -> tuple[URL, dict[str, Any]]:
+    """The URL to give the driver and the engine's options, shared by the sync and the
+    async engines (:func:`async_store.create_async_store_engine`)."""
+    _check_supported(url)
+    if url.get_backend_name() == "sqlite":
+        if schema is not None:
+            raise StoreError("schema= applies to Postgres only: a SQLite file has no schemas")
+        return url, {"connect_args": {"timeout": lock_timeout}}
+    connect_args: dict[str, Any] = {
+        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        # A peer that vanishes mid-statement is noticed in about half a minute, not after
+        # the operating system's TCP timeout.
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
+    # Secrets of the query (sslpassword=...) go to the driver beside the URL, not in it:
+    # SQLAlchemy shows an engine's URL, query and all, in its repr and logs.
+    secrets = secret_query(url)
+    connect_args.update(secrets)
+    return url.difference_update_query(secrets), {
+        "pool_recycle": 1800,
+        "connect_args": connect_args,
+    }
+
+
+def configure(
+    engine: Engine,
+    url: URL,
+    durability: Durability,
+    lock_timeout: float,
+    read_only: bool,
+    schema: str | None,
+    *,
+    ping: bool = True,
+) -> None:
+    """The connection settings both paths share (on the async path the listeners see
+    SQLAlchemy's sync-looking adapters of the async connections, inside a greenlet)."""
+    if url.get_backend_name() == "sqlite":
+        _configure_sqlite(engine, url, durability, lock_timeout, read_only)
+        return
+    if ping:
+        _ping_on_checkout(engine)
+    # Session settings rather than startup options: the URL's options, PGOPTIONS and
+    # poolers that refuse startup options (PgBouncer) are left alone.
+    settings = [f"SET lock_timeout = {_milliseconds(lock_timeout)}"]
+    if read_only:
+        settings.append("SET default_transaction_read_only = on")
+    if schema is not None:
+        settings.append(f"SET search_path = {checked_schema(schema)}")
+
+    @event.listens_for(engine, "connect")
+    def _apply_settings(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()  # (the async adapter's is no context manager)
+        try:
+            for setting in settings:
+                cursor.execute(setting)
+        finally:
+            cursor.close()
+        dbapi_connection.commit()
+
+
+def _milliseconds(seconds: float) -> int:
+    """Whole milliseconds, at least 1 (0 would mean "wait forever" to Postgres)."""
+    return max(1, math.ceil(seconds * 1000))
+
+
+def checked_schema(schema: str) -> str:
+    """``schema`` if it is a plain lower-case Postgres identifier, else a ValueError."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(
+            f"schema must be a lower-case Postgres identifier (letters, digits, _), got {schema!r}"
+        )
+    return schema
+
+
+def _ping_on_checkout(engine: Engine) -> None:
+    """``pool_pre_ping``, skipped for :meth:`Store.run_write` and the driver-level units of work:
+    they meet a dead connection at their first statement and run again whole."""
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        if NO_PING.get():
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise sa.exc.DisconnectionError() from exc  # the pool takes another connection
+
+
+def _configure_sqlite(
+    engine: Engine, url: URL, durability: Durability, lock_timeout: float, read_only: bool
+) -> None:
+    synchronous = {"full": "FULL", "normal": "NORMAL"}[durability]
+    busy_timeout_ms = _milliseconds(lock_timeout)
+
+    if read_only:
+        if url.query.get("uri"):
+            raise StoreError(
+                "read_only= takes a plain sqlite:///PATH URL, not a file: URI "
+                "(with a URI, put mode=ro in it yourself)"
+            )
+        path = Path(str(url.database)).absolute()
+
+        @event.listens_for(engine, "do_connect")
+        def _open(dialect: Dialect, record: Any, _cargs: Any, cparams: dict[str, Any]) -> Any:
+            connection, record.info[IMMUTABLE] = _open_read_only(
+                dialect.loaded_dbapi, path, cparams
+            )
+            return connection
+
+        @event.listens_for(engine, "checkin")
+        def _once(_dbapi_connection: Any, record: Any) -> None:
+            # An immutable connection would never see a writer that starts later: each
+            # checkout opens (and probes) a new one.
+            if record.info.get(IMMUTABLE):
+                record.invalidate()
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the driver, decide when transactions begin.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+        if mode is not None:  # None: one statement in the driver's autocommit mode
+            connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _open_read_only(dbapi: Any, path: Path, cparams: dict[str, Any]) -> tuple[Any, bool]:
+    """A connection to ``path`` that cannot write and creates no file but, for a WAL
+    database, the ``-shm`` and ``-wal`` files SQLite needs to read it; and whether it was
+    opened ``immutable=1``.
+
+    Where the folder is not writable and the file has no ``-shm``, ``mode=ro`` cannot read a
+    WAL database (SQLite needs to create the ``-shm``). With no ``-wal`` file either, every
+    committed change is in the main file, so it is opened ``immutable=1`` instead: SQLite
+    then reads it without locks or a ``-shm``. A ``-wal`` file without its ``-shm`` holds
+    changes that only a writable folder lets SQLite read: that is refused, not read stale.
+    An immutable connection takes no locks and does not notice a writer that starts while
+    it is open, so it serves one unit of work or query only.
+    """
+    options = {key: value for key, value in cparams.items() if key != "uri"}
+    connection = dbapi.connect(f"{path.as_uri()}?mode=ro", uri=True, **options)
+    try:
+        cursor = connection.cursor()  # (the async adapter's execute returns no cursor)
+        cursor.execute("PRAGMA schema_version")  # reads the file: WAL needs the -shm here
+        cursor.close()
+        return connection, False
+    except sqlite3.OperationalError as exc:
+        connection.close()
+        if getattr(exc, "sqlite_errorcode", None) == SQLITE_READONLY_DIRECTORY:
+            logger.info("reading %s as immutable: its folder is read-only", path)
+            immutable = f"{path.as_uri()}?mode=ro&immutable=1"
+            return dbapi.connect(immutable, uri=True, **options), True
+        if Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists():
+            raise sqlite3.OperationalError(
+                f"{exc}: it has a -wal file of changes not yet in the main file but no -shm "
+                "file, which SQLite cannot create in a read-only folder; open it once where "
+                "you can write (that folds the -wal file in), or copy the files elsewhere"
+            ) from exc
+        raise

@@ -1,0 +1,172 @@
+"""What a database holds before zerda_store uses it: zerda_store's schema at some revision,
+nothing, another application's tables, or (Postgres) zerda_store's tables in a schema that
+the connection's search_path does not reach. Only reads; the errors say what was found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from ..errors import NotAStoreDatabaseError, SchemaNotCurrentError
+from .engine import Store
+from .schema import contexts, entities, metadata, turns
+from .unit_of_work import database_error
+
+# The tables every revision of zerda_store has had: a schema holding all three is ours.
+CORE_TABLES = frozenset({turns.name, entities.name, contexts.name})
+# The tables zerda_store's schema creates.
+OUR_TABLES = frozenset(metadata.tables)
+VERSION_TABLE = "alembic_version"
+SHOWN_TABLES = 8
+
+_information_tables = sa.table(
+    "tables",
+    sa.column("table_schema"),
+    sa.column("table_name"),
+    sa.column("table_type"),
+    schema="information_schema",
+)
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What one connection of a store finds."""
+
+    revision: str | None
+    """The Alembic revision (several heads joined by commas), None without one."""
+    tables: tuple[str, ...]
+    """The tables the connection sees, sorted; an empty version table left out."""
+    search_path: str | None = None
+    """Postgres: the connection's search_path."""
+    current_schema: str | None = None
+    """Postgres: the schema new tables go to; None if no schema on the path exists."""
+    elsewhere: tuple[str, ...] = ()
+    """Postgres: schemas off the search_path that hold zerda_store's tables (looked for
+    only when the connection sees none of them)."""
+
+    @property
+    def has_our_tables(self) -> bool:
+        return set(self.tables) >= CORE_TABLES
+
+    @property
+    def taken_names(self) -> tuple[str, ...]:
+        """Tables of another application that bear the names of zerda_store's."""
+        return tuple(table for table in self.tables if table in OUR_TABLES)
+
+
+def survey(store: Store) -> Survey:
+    """Look at the database without changing it; a database error is zerda_store's."""
+    try:
+        return _survey(store)
+    except DBAPIError as exc:
+        raise database_error(store, exc) from None
+
+
+def _survey(store: Store) -> Survey:
+    with store.connect() as connection:
+        from alembic.runtime.migration import MigrationContext
+
+        heads = MigrationContext.configure(connection).get_current_heads()
+        revision = ",".join(heads) if heads else None
+        tables = sorted(sa.inspect(connection).get_table_names())
+        if revision is None:
+            tables = [table for table in tables if table != VERSION_TABLE]
+        if store.dialect != "postgresql":
+            return Survey(revision, tuple(tables))
+        search_path = connection.exec_driver_sql("SHOW search_path").scalar()
+        current_schema = connection.exec_driver_sql("SELECT current_schema()").scalar()
+        elsewhere = () if CORE_TABLES & set(tables) else _schemas_with_our_tables(connection)
+        return Survey(revision, tuple(tables), search_path, current_schema, elsewhere)
+
+
+def _schemas_with_our_tables(connection: Connection) -> tuple[str, ...]:
+    schema = _information_tables.c.table_schema
+    query = (
+        sa.select(schema)
+        .where(
+            _information_tables.c.table_name.in_(sorted(CORE_TABLES)),
+            _information_tables.c.table_type == "BASE TABLE",
+        )
+        .group_by(schema)
+        .having(sa.func.count() == len(CORE_TABLES))
+        .order_by(schema)
+    )
+    return tuple(connection.execute(query).scalars())
+
+
+def _listing(tables: Sequence[str]) -> str:
+    shown = ", ".join(tables[:SHOWN_TABLES])
+    more = len(tables) - SHOWN_TABLES
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def hidden_schema_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
+    """Our tables are in another schema than the one the connection uses."""
+    schemas = ", ".join(found.elsewhere)
+    first = found.elsewhere[0]
+    return NotAStoreDatabaseError(
+        f"{store.location} has no zerda_store tables on the connection's search_path "
+        f"({found.search_path}), but schema {schemas} has them: choose it with "
+        f'Store(url, schema="{first}"), `zerda-store --schema {first}`, or '
+        f"?options=-csearch_path%3D{first} in the URL"
+    )
+
+
+def not_ours_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
+    """The database has no revision of ours: empty, or another application's tables."""
+    if found.elsewhere:
+        return hidden_schema_error(store, found)
+    if not found.tables:
+        return NotAStoreDatabaseError(
+            f"{store.location} is not a zerda_store database (it is empty): run "
+            "`zerda-store db upgrade` (or `alembic upgrade head`) against it to create "
+            "zerda_store's tables"
+        )
+    return NotAStoreDatabaseError(
+        f"{store.location} is not a zerda_store database (it has tables "
+        f"{_listing(found.tables)}); `zerda-store db upgrade` would add zerda_store's tables "
+        "beside them"
+    )
+
+
+def taken_names_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
+    """Another application's tables bear the names of zerda_store's: nothing can be
+    created beside them."""
+    return NotAStoreDatabaseError(
+        f"{store.location} is not a zerda_store database: it has another application's "
+        f"tables named as zerda_store's ({_listing(found.taken_names)}); it was left "
+        "unchanged: use another database or file for zerda_store"
+    )
+
+
+def unknown_revision_error(store: Store, found: Survey) -> SchemaNotCurrentError:
+    """The version table holds a revision that is not one of ours."""
+    if found.elsewhere:
+        return hidden_schema_error(store, found)
+    if found.has_our_tables:
+        return SchemaNotCurrentError(
+            f"the zerda_store schema of {store.location} is at revision {found.revision}, "
+            "which this version of zerda_store does not know: it was most likely migrated "
+            "by a newer version of zerda_store (upgrade the package to use it)"
+        )
+    return NotAStoreDatabaseError(
+        f"{store.location} is not a zerda_store database: its {VERSION_TABLE} holds "
+        f"revision {found.revision}, which is not one of zerda_store's, and none of "
+        f"zerda_store's tables are there (it has tables {_listing(found.tables)}); it "
+        "belongs to another application that uses Alembic"
+    )
+
+
+def require_ours(store: Store, found: Survey, known: Collection[str]) -> str:
+    """The revision of a database that holds zerda_store's schema at a revision this
+    version knows; otherwise the error that says what is there instead."""
+    if found.revision is None:
+        raise not_ours_error(store, found)
+    if found.revision not in known:
+        raise unknown_revision_error(store, found)
+    return found.revision

@@ -1,0 +1,348 @@
+"""The unit of work: one transaction on a pooled driver connection, run again whole when
+that is safe, with the driver's errors turned into zerda_store's.
+
+Every write of the library runs as ``store.write(work)``: ``work`` gets a
+:class:`Transaction` and runs statements compiled beforehand (outside the transaction,
+so that SQLite's write lock is held only while statements run). SQLite write transactions
+begin IMMEDIATE here and nowhere else. On Postgres a write that names its session takes
+that session's advisory lock first: shared for saves, exclusive for operations that must
+see every save committed before them (erasure, clear, import); SQLite's single writer
+serializes them already.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.exc import DBAPIError
+
+from ..errors import (
+    CommitOutcomeUnknownError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    PermissionDeniedError,
+    ReadOnlyStoreError,
+    StatementTimeoutError,
+    StoreError,
+)
+from .driver import (
+    CompiledStatement,
+    Cursor,
+    Runnable,
+    compile_statement,
+    is_lock_timeout,
+    is_permission_denied,
+    is_read_only_refusal,
+    is_statement_cancelled,
+)
+
+if TYPE_CHECKING:
+    from .engine import Store
+
+logger = logging.getLogger("zerda_store.unit_of_work")
+
+T = TypeVar("T")
+WRITE_ATTEMPTS = 4
+# Postgres SQLSTATEs after which the whole transaction was rolled back and may be run again.
+_RETRYABLE_SQLSTATES = {"40P01", "40001"}
+# The first key of the session locks (advisory locks with two int4 keys, a key space apart
+# from the migrations' one bigint key); the second is the session id's hash.
+SESSION_LOCK_NAMESPACE = 0x7A657273
+
+
+class SessionLockStatements:
+    """The Postgres statements that take a session's advisory lock for the transaction."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.shared = self._lock(dialect, sa.func.pg_advisory_xact_lock_shared)
+        self.exclusive = self._lock(dialect, sa.func.pg_advisory_xact_lock)
+
+    @staticmethod
+    def _lock(dialect: Dialect, function: Any) -> CompiledStatement:
+        session = sa.func.hashtext(sa.bindparam("session_id", type_=sa.String))
+        return compile_statement(
+            sa.select(function(sa.literal(SESSION_LOCK_NAMESPACE, sa.Integer), session)),
+            dialect,
+        )
+
+
+@dataclass(frozen=True)
+class SessionLock:
+    """Which session a write belongs to, and whether it must exclude the session's saves."""
+
+    session_id: str
+    exclusive: bool = False
+
+
+class Transaction:
+    """What a unit of work sees: compiled statements run in its one transaction."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: Cursor) -> None:
+        self._cursor = cursor
+
+    def run(self, statement: Runnable, values: Any = None) -> list[Any]:
+        """Run ``statement``; the named rows it returns (none without RETURNING)."""
+        return self._cursor.execute(statement, {} if values is None else values)
+
+    def count(self, statement: Runnable, values: Any = None) -> int:
+        """Run a statement that returns no rows; how many rows it changed."""
+        return self._cursor.execute_count(statement, {} if values is None else values)
+
+    def run_many(self, statement: Runnable, values: Sequence[Any]) -> int:
+        """Run a statement that returns no rows once per values; how many rows it changed."""
+        return self._cursor.execute_many(statement, values) if values else 0
+
+
+class LostCommit(Exception):
+    """Raised inside one attempt: the connection died during COMMIT."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def retryable_write(error: DBAPIError) -> bool:
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    return sqlstate in _RETRYABLE_SQLSTATES or error.connection_invalidated
+
+
+def retryable_read(error: DBAPIError) -> bool:
+    return error.connection_invalidated
+
+
+def write(store: Store, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
+    """Run ``work`` in one write transaction, again from scratch after a deadlock, a
+    serialization failure or a connection lost before the commit. A connection lost during
+    the COMMIT itself is not retried: the server may have committed."""
+    locked_work = locked(store, work, lock)
+    return _with_retries(
+        store,
+        lambda: attempt(store, locked_work, write=True, snapshot=False),
+        retryable_write,
+    )
+
+
+def read(store: Store, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+    """Run ``work``, reads only. Without ``snapshot`` there is no transaction around it (a
+    single statement sees one snapshot by itself; on Postgres this saves BEGIN and COMMIT);
+    with it, every statement sees the same snapshot. Run again on a fresh connection if the
+    pooled one turned out dead."""
+    return _with_retries(
+        store, lambda: attempt(store, work, write=False, snapshot=snapshot), retryable_read
+    )
+
+
+def locked(
+    store: Store, work: Callable[[Transaction], T], lock: SessionLock | None
+) -> Callable[[Transaction], T]:
+    """``work`` preceded, on Postgres, by taking its session's advisory lock."""
+    if lock is None or store.dialect != "postgresql":
+        return work
+    locks = store.statements(SessionLockStatements)
+    statement = locks.exclusive if lock.exclusive else locks.shared
+    values = {"session_id": lock.session_id}
+
+    def locked_work(transaction: Transaction) -> T:
+        transaction.run(statement, values)
+        return work(transaction)
+
+    return locked_work
+
+
+def failure(
+    store: Store, error: Exception, number: int, retryable: Callable[[DBAPIError], bool]
+) -> BaseException | None:
+    """What a failed attempt number ``number`` raises (always a :class:`StoreError`), or
+    None when it runs again. Shared by the sync and the async units of work."""
+    if isinstance(error, LostCommit):
+        raised: BaseException = CommitOutcomeUnknownError(
+            f"the connection to {store.safe_url} was lost during a commit: the write may "
+            "or may not be stored (pass idempotency_key= to make a retry safe)"
+        )
+        raised.__cause__ = error.error
+        return raised
+    assert isinstance(error, DBAPIError)
+    if error.orig is not None and is_lock_timeout(store.engine.dialect, error.orig):
+        raised = store.lock_timeout_error(error)
+        raised.__suppress_context__ = True
+        return raised
+    if error.orig is not None and is_read_only_refusal(store.engine.dialect, error.orig):
+        raised = ReadOnlyStoreError(
+            f"{store.location} refuses writes ({store.describe(error)}): nothing was written"
+        )
+        raised.__suppress_context__ = True
+        return raised
+    if number == WRITE_ATTEMPTS or not retryable(error):
+        return database_error(store, error)
+    logger.warning("running a unit of work again after %s", type(error.orig).__name__)
+    return None
+
+
+def database_error(store: Store, error: DBAPIError) -> StoreError:
+    """zerda_store's one-line error for a driver error that is not run again: a missing
+    privilege, a statement the server cancelled, a connection lost on every attempt, or
+    any other (the database's first line, its secrets masked). Nothing of the failed
+    unit of work was stored: its transaction rolled back."""
+    detail = store.describe(error)
+    orig = error.orig if error.orig is not None else error
+    raised: StoreError
+    if is_permission_denied(orig):
+        raised = PermissionDeniedError(
+            f"the database role of {store.safe_url} lacks a privilege zerda_store needs "
+            f"({detail}): GRANT it SELECT, INSERT, UPDATE, DELETE on zerda_store's tables and "
+            "USAGE on their sequences; nothing was written"
+        )
+    elif is_statement_cancelled(orig):
+        raised = StatementTimeoutError(
+            f"{store.safe_url} cancelled a statement ({detail}): the role's or database's "
+            "statement_timeout ran out, or an operator cancelled it; nothing of this call was "
+            "stored (raise statement_timeout, or find what holds the statement up)"
+        )
+    elif error.connection_invalidated:
+        raised = DatabaseUnavailableError(
+            f"lost the connection to {store.safe_url} on every attempt ({detail})"
+        )
+    else:
+        raised = DatabaseError(f"database error on {store.location}: {detail}")
+    raised.__suppress_context__ = True
+    return raised
+
+
+def backoff(number: int) -> float:
+    """Seconds to wait before attempt ``number + 1``: two turns that just deadlocked should
+    not collide again at once."""
+    return random.uniform(0, 0.01 * 2**number)
+
+
+def _with_retries(
+    store: Store, attempt: Callable[[], T], retryable: Callable[[DBAPIError], bool]
+) -> T:
+    for number in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return attempt()
+        except (LostCommit, DBAPIError) as exc:
+            raised = failure(store, exc, number, retryable)
+            if raised is not None:
+                raise raised from raised.__cause__
+        time.sleep(backoff(number))
+    raise AssertionError("unreachable")
+
+
+def _begin(cursor: Cursor, dialect: str, *, write: bool, snapshot: bool) -> None:
+    """Open the attempt's transaction. SQLite: IMMEDIATE for writes (a deferred BEGIN cannot
+    wait for another writer once it has read), deferred for a snapshot read. Postgres: psycopg
+    begins one by itself; a snapshot read asks for repeatable read."""
+    if dialect == "sqlite":
+        if write:
+            cursor.execute_sql("BEGIN IMMEDIATE")
+        elif snapshot:
+            cursor.execute_sql("BEGIN DEFERRED")
+    elif snapshot and not write:
+        cursor.execute_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+
+class Connections(Protocol):
+    """Where an attempt takes its connection: the :class:`Store` itself (the sync pool),
+    or the store's async pool (:mod:`async_unit_of_work`), whose driver calls the attempt
+    runs inside a greenlet."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def dialect(self) -> str: ...
+
+    def borrow(self) -> Any: ...
+
+    def give_back(self, connection: Any, *, reusable: bool) -> None: ...
+
+    def drop_connections(self) -> None: ...
+
+
+def attempt(
+    connections: Connections, work: Callable[[Transaction], T], *, write: bool, snapshot: bool
+) -> T:
+    """One attempt of ``work`` on a pooled driver connection. Driver errors come out as
+    SQLAlchemy's :class:`DBAPIError` subclasses; after a lost connection the pool's other
+    connections are dropped too (they are most likely gone with it). Anything else (a
+    cancelled task, for one) rolls back: the connection goes back to the pool, which
+    rolls back whatever is left open."""
+    dialect = connections.engine.dialect
+    connection = connections.borrow()
+    cursor = None
+    autocommit = not write and not snapshot and connections.dialect == "postgresql"
+    committing = False
+    clean = False
+    try:
+        if autocommit:
+            connection.dbapi_connection.autocommit = True
+        cursor = connection.cursor()
+        driver = Cursor(dialect, cursor)
+        _begin(driver, connections.dialect, write=write, snapshot=snapshot)
+        result = work(Transaction(driver))
+        if write:
+            committing = True
+            dialect.do_commit(connection)
+        elif snapshot:
+            dialect.do_rollback(connection)
+        clean = True
+        return result
+    except dialect.loaded_dbapi.Error as orig:
+        lost = _is_lost(dialect, orig, connection.dbapi_connection, cursor)
+        if lost:
+            connection.invalidate(orig)
+            connections.drop_connections()
+        error = cast(
+            DBAPIError,
+            DBAPIError.instance(
+                None,
+                None,
+                orig,
+                dialect.loaded_dbapi.Error,
+                connection_invalidated=lost,
+                dialect=dialect,
+            ),
+        )
+        if committing and lost:
+            raise LostCommit(error) from orig
+        raise error from orig
+    finally:
+        _give_back(connections, connection, cursor, autocommit, clean)
+
+
+def _give_back(
+    connections: Connections, connection: Any, cursor: Any, autocommit: bool, clean: bool
+) -> None:
+    """Give a driver-level connection back: kept for the next unit of work if the attempt
+    left no transaction open, else to the pool, which rolls back whatever is left; one that
+    cannot be reset is dropped instead."""
+    try:
+        if cursor is not None:
+            cursor.close()
+        if autocommit and connection.is_valid:
+            connection.dbapi_connection.autocommit = False
+    except Exception as exc:
+        connection.invalidate(exc)
+        clean = False
+    connections.give_back(connection, reusable=clean and connection.is_valid)
+
+
+def _is_lost(dialect: Any, error: BaseException, dbapi_connection: Any, cursor: Any) -> bool:
+    """Whether ``error`` lost the connection: the dialect's list of messages, or a driver
+    connection that reports itself closed or broken (psycopg says "connection socket
+    closed" for a peer that went away before the statement was sent, which SQLAlchemy's
+    list does not name)."""
+    if dialect.is_disconnect(error, dbapi_connection, cursor):
+        return True
+    return bool(
+        getattr(dbapi_connection, "broken", False) or getattr(dbapi_connection, "closed", False)
+    )

@@ -1,0 +1,1 @@
+"""Entity identity: keys and cores, resolution of mentions, aliases and merges."""

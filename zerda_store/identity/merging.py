@@ -1,0 +1,212 @@
+"""Merging two entities of a session, and undoing it exactly.
+
+A merge moves the merged entity's snippets and aliases to the kept one, drops the merged
+entity's snippet of a turn the kept one has a snippet of too (one snippet per entity per
+turn), makes the merged entity's name an alias of the kept one, and takes the earlier
+first sighting and the later last one. The merge log (``entity_merges``) records all of
+it, so that :func:`unmerge` puts back both entities as they were: rows, ids, snippets
+and their order, aliases, first and last seen. Snippets saved after the merge stay with
+the kept entity.
+
+These functions run inside a unit of work holding the session's lock exclusively (or
+inside a migration); they take a :class:`Transaction` and the compiled
+:class:`IdentityStatements`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..db.unit_of_work import Transaction
+from ..errors import StoreError
+from ..model.names import UNKNOWN_TYPE
+from .statements import CONTEXT_COLUMNS, ENTITY_COLUMNS, IdentityStatements
+
+MANUAL = "manual"
+KEY_RULES_REASON = "key rules"
+# Where an entity that an upgrade's merge (reason "key rules") took in comes back when its
+# old key is another entity's now (the new rules made the two keys one): a key no rule
+# makes (names hold no control characters), so that mentions of either name still go to
+# the entity holding the key, and the one brought back keeps its own snippets.
+HELD_APART = "\x02apart "
+# Fields of the kept entity that a merge may change, and an unmerge puts back.
+_KEPT_FIELDS = ("name", "entity_type", "first_seen", "last_seen", "first_turn_id", "first_position")
+
+
+class MergeError(StoreError, ValueError):
+    """A merge or unmerge that cannot be done as asked; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class MergeReceipt:
+    """What a merge did."""
+
+    merge_id: int
+    kept: str
+    merged: str
+    moved_snippets: int
+    dropped_snippets: int
+    moved_aliases: int
+
+
+def _row(row: Any, columns: tuple[str, ...]) -> dict[str, Any]:
+    return {column: getattr(row, column) for column in columns}
+
+
+def merge(
+    transaction: Transaction,
+    statements: IdentityStatements,
+    kept: Any,
+    merged: Any,
+    *,
+    reason: str,
+    at: float,
+    alias: bool = True,
+) -> MergeReceipt:
+    """Merge entity row ``merged`` into entity row ``kept`` (rows with every column);
+    ``alias``: the merged entity's name becomes an alias of the kept one."""
+    if kept.id == merged.id:
+        raise MergeError(f"{kept.name!r} and {merged.name!r} are one entity already")
+    kept_turns = {
+        row.turn_id
+        for row in transaction.run(statements.contexts_of, {"entity_id": kept.id})
+        if row.turn_id is not None
+    }
+    own = transaction.run(statements.contexts_of, {"entity_id": merged.id})
+    dropped = [row for row in own if row.turn_id is not None and row.turn_id in kept_turns]
+    for row in dropped:
+        transaction.count(statements.delete_context, {"context_id": row.id})
+    dropped_ids = {row.id for row in dropped}
+    moved = [row.id for row in own if row.id not in dropped_ids]
+    transaction.count(statements.move_contexts, {"from_id": merged.id, "to_id": kept.id})
+    aliases = transaction.run(statements.aliases_of, {"entity_id": merged.id})
+    transaction.count(statements.move_aliases, {"from_id": merged.id, "to_id": kept.id})
+    transaction.count(statements.delete_entity, {"entity_id": merged.id})
+    alias_id = _add_alias(transaction, statements, kept.id, merged, at) if alias else None
+    before = _row(kept, _KEPT_FIELDS)
+    after = _combined(kept, merged)
+    transaction.count(statements.update_first_last, {"entity_id": kept.id, **after})
+    record = {
+        "kept_key": kept.name_key,
+        "merged": _row(merged, ENTITY_COLUMNS),
+        "kept_before": before,
+        "kept_after": after,
+        "moved_contexts": moved,
+        "dropped_contexts": [_row(row, CONTEXT_COLUMNS) for row in dropped],
+        "moved_aliases": [row.id for row in aliases],
+        "alias_id": alias_id,
+    }
+    merge_id = transaction.run(
+        statements.log_merge,
+        {
+            "session_id": kept.session_id,
+            "kept_entity_id": kept.id,
+            "merged_entity_id": merged.id,
+            "kept_name": kept.name,
+            "merged_name": merged.name,
+            "reason": reason,
+            "record": record,
+            "created_at": at,
+        },
+    )[0].id
+    return MergeReceipt(
+        int(merge_id), kept.name, merged.name, len(moved), len(dropped), len(aliases)
+    )
+
+
+def _add_alias(
+    transaction: Transaction, statements: IdentityStatements, entity_id: int, merged: Any, at: float
+) -> int | None:
+    rows = transaction.run(
+        statements.add_alias,
+        {
+            "session_id": merged.session_id,
+            "entity_id": entity_id,
+            "alias_key": merged.name_key,
+            "core_key": merged.core_key,
+            "alias": merged.name,
+            "source": "merge",
+            "created_at": at,
+        },
+    )
+    return int(rows[0].id) if rows else None
+
+
+def _combined(kept: Any, merged: Any) -> dict[str, Any]:
+    """The kept entity's fields after the merge: the earlier first sighting (and its name
+    as then seen stays the kept one's), the later last one, a known type over unknown."""
+    first = min((kept, merged), key=lambda row: (row.first_turn_id, row.first_position, row.id))
+    entity_type = kept.entity_type
+    if entity_type == UNKNOWN_TYPE:
+        entity_type = merged.entity_type
+    return {
+        "name": kept.name,
+        "entity_type": entity_type,
+        "first_seen": min(kept.first_seen, merged.first_seen),
+        "last_seen": max(kept.last_seen, merged.last_seen),
+        "first_turn_id": first.first_turn_id,
+        "first_position": first.first_position,
+    }
+
+
+def unmerge(
+    transaction: Transaction, statements: IdentityStatements, logged: Any, *, at: float
+) -> None:
+    """Undo the merge logged as row ``logged`` of ``entity_merges``."""
+    if logged.undone_at is not None:
+        raise MergeError(f"merge {logged.id} was undone already")
+    record = logged.record
+    kept = transaction.run(statements.entity_by_id, {"entity_id": logged.kept_entity_id})
+    if kept and (kept[0].session_id, kept[0].name_key) != (logged.session_id, record["kept_key"]):
+        kept = []  # the id is another entity's now
+    if not kept:
+        later = transaction.run(
+            statements.later_merge_of,
+            {"session_id": logged.session_id, "entity_id": logged.kept_entity_id},
+        )
+        hint = f"undo merge {later[0].id} first" if later else "it was forgotten or pruned"
+        raise MergeError(
+            f"merge {logged.id} cannot be undone: {logged.kept_name!r} is gone ({hint})"
+        )
+    merged = record["merged"]
+    if transaction.run(statements.entity_by_id, {"entity_id": merged["id"]}):
+        raise MergeError(
+            f"merge {logged.id} cannot be undone: the id of {merged['name']!r} is taken"
+        )
+    taken = transaction.run(
+        statements.entity_by_key, {"session_id": logged.session_id, "key": merged["name_key"]}
+    )
+    if taken and logged.reason == KEY_RULES_REASON:
+        held = f"{HELD_APART}{merged['id']}"
+        merged = {**merged, "name_key": held, "core_key": held}
+    elif taken:
+        raise MergeError(
+            f"merge {logged.id} cannot be undone: an entity {taken[0].name!r} has the key of "
+            f"{merged['name']!r} now"
+        )
+    if record["alias_id"] is not None:
+        transaction.count(statements.remove_alias, {"alias_id": record["alias_id"]})
+    transaction.count(statements.insert_entity, merged)
+    back = {"from_id": logged.kept_entity_id, "to_id": merged["id"]}
+    for context_id in record["moved_contexts"]:
+        transaction.count(statements.context_to, {**back, "context_id": context_id})
+    for row in record["dropped_contexts"]:
+        if row["turn_id"] is None or transaction.run(
+            statements.turn_exists, {"turn_id": row["turn_id"]}
+        ):
+            transaction.count(statements.insert_context, row)
+    for alias_id in record["moved_aliases"]:
+        transaction.count(statements.alias_to, {**back, "alias_id": alias_id})
+    restored = _restored(kept[0], record["kept_before"], record["kept_after"])
+    transaction.count(statements.update_first_last, {"entity_id": kept[0].id, **restored})
+    transaction.count(statements.mark_undone, {"merge_id": logged.id, "undone_at": at})
+
+
+def _restored(now: Any, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The kept entity's fields as before the merge, but for those changed since (a later
+    sighting moves ``last_seen``): those stay as they are now."""
+    return {
+        field: before[field] if getattr(now, field) == after[field] else getattr(now, field)
+        for field in _KEPT_FIELDS
+    }

@@ -1,0 +1,183 @@
+"""Aliases, merges and the merge log of a session: each operation one unit of work holding
+the session's lock exclusively, so that no save resolves a name halfway through it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..db.engine import Store
+from ..db.unit_of_work import SessionLock, Transaction
+from ..model.names import KeyRules
+from .merging import MANUAL, MergeError, MergeReceipt, merge, unmerge
+from .rules import identify
+from .statements import IdentityStatements
+
+
+@dataclass(frozen=True)
+class MergeEntry:
+    """One merge of the log."""
+
+    merge_id: int
+    kept: str
+    merged: str
+    reason: str
+    created_at: float
+    undone_at: float | None
+    moved_snippets: int
+
+
+@dataclass(frozen=True)
+class AliasEntry:
+    """One alias of a session."""
+
+    entity: str
+    alias: str
+    source: str
+
+
+class IdentityRepository:
+    """Aliases and merges of one store's sessions, under one set of key rules."""
+
+    def __init__(self, store: Store, rules: KeyRules) -> None:
+        self.store = store
+        self.rules = rules
+        self._statements = store.statements(IdentityStatements)
+
+    def _entity(self, transaction: Transaction, session_id: str, name: str) -> Any:
+        """The entity row ``name`` names by its key or an alias's; MergeError if none."""
+        key = _keyed(self.rules.key(name), name)
+        statements = self._statements
+        rows = transaction.run(statements.entity_by_key, {"session_id": session_id, "key": key})
+        if not rows:
+            alias = transaction.run(
+                statements.alias_by_key, {"session_id": session_id, "alias_key": key}
+            )
+            if alias:
+                rows = transaction.run(statements.entity_by_id, {"entity_id": alias[0].entity_id})
+        if not rows:
+            raise MergeError(f"no entity {name!r} in session {session_id!r}")
+        return rows[0]
+
+    def _write(self, session_id: str, work: Any) -> Any:
+        return self.store.write(work, SessionLock(session_id, exclusive=True))
+
+    def add_alias(self, session_id: str, name: str, alias: str, at: float) -> bool:
+        """Make ``alias`` another name of the entity ``name`` names; False if it is one
+        already. Refused (MergeError) if the alias names another entity."""
+        identity = identify(alias, self.rules)
+        _keyed(identity.key, alias)
+
+        def work(transaction: Transaction) -> bool:
+            entity = self._entity(transaction, session_id, name)
+            if identity.key == entity.name_key:
+                return False
+            values = {"session_id": session_id, "key": identity.key}
+            other = transaction.run(self._statements.entity_by_key, values)
+            if other:
+                raise MergeError(
+                    f"{alias!r} is the entity {other[0].name!r}: merge the two entities instead"
+                )
+            values = {"session_id": session_id, "alias_key": identity.key}
+            taken = transaction.run(self._statements.alias_by_key, values)
+            if taken:
+                if taken[0].entity_id == entity.id:
+                    return False
+                raise MergeError(f"{alias!r} is an alias of another entity already")
+            transaction.run(
+                self._statements.add_alias,
+                {
+                    "session_id": session_id,
+                    "entity_id": entity.id,
+                    "alias_key": identity.key,
+                    "core_key": identity.core,
+                    "alias": alias,
+                    "source": MANUAL,
+                    "created_at": at,
+                },
+            )
+            return True
+
+        return bool(self._write(session_id, work))
+
+    def remove_alias(self, session_id: str, alias: str) -> bool:
+        """Remove an alias (of whichever entity holds it); False if there is none."""
+        key = self.rules.key(alias)
+
+        def work(transaction: Transaction) -> bool:
+            values = {"session_id": session_id, "alias_key": key}
+            found = transaction.run(self._statements.alias_by_key, values)
+            if not found:
+                return False
+            transaction.count(self._statements.remove_alias, {"alias_id": found[0].id})
+            return True
+
+        return bool(self._write(session_id, work))
+
+    def aliases(self, session_id: str) -> list[AliasEntry]:
+        """The session's aliases, oldest first, with their entities' names."""
+
+        def work(transaction: Transaction) -> list[AliasEntry]:
+            rows = transaction.run(self._statements.session_aliases, {"session_id": session_id})
+            names: dict[int, str] = {}
+            for row in rows:
+                if row.entity_id not in names:
+                    entity = transaction.run(
+                        self._statements.entity_by_id, {"entity_id": row.entity_id}
+                    )
+                    names[row.entity_id] = entity[0].name if entity else "?"
+            return [AliasEntry(names[row.entity_id], row.alias, row.source) for row in rows]
+
+        return list(self.store.read(work, snapshot=True))
+
+    def merge(self, session_id: str, keep: str, other: str, at: float) -> MergeReceipt:
+        """Merge the entity ``other`` names into the one ``keep`` names."""
+
+        def work(transaction: Transaction) -> MergeReceipt:
+            kept = self._entity(transaction, session_id, keep)
+            merged = self._entity(transaction, session_id, other)
+            return merge(transaction, self._statements, kept, merged, reason=MANUAL, at=at)
+
+        receipt: MergeReceipt = self._write(session_id, work)
+        return receipt
+
+    def unmerge(self, session_id: str, merge_id: int, at: float) -> MergeEntry:
+        """Undo a merge of the log; what it undid."""
+
+        def work(transaction: Transaction) -> MergeEntry:
+            values = {"session_id": session_id, "merge_id": merge_id}
+            logged = transaction.run(self._statements.merge_by_id, values)
+            if not logged:
+                raise MergeError(f"no merge {merge_id} in session {session_id!r}")
+            unmerge(transaction, self._statements, logged[0], at=at)
+            return _entry(logged[0], undone_at=at)
+
+        entry: MergeEntry = self._write(session_id, work)
+        return entry
+
+    def merges(self, session_id: str) -> list[MergeEntry]:
+        """The session's merge log, oldest first."""
+        rows = self.store.read(
+            lambda transaction: transaction.run(self._statements.merges, {"session_id": session_id})
+        )
+        return [_entry(row) for row in rows]
+
+
+def _keyed(key: str, name: str) -> str:
+    """``key``, unless it is empty: a name of punctuation or invisible characters alone
+    names nothing."""
+    if not key:
+        raise MergeError(f"{name!r} has no letters or digits to name an entity by")
+    return key
+
+
+def _entry(row: Any, undone_at: float | None = None) -> MergeEntry:
+    return MergeEntry(
+        int(row.id),
+        row.kept_name,
+        row.merged_name,
+        row.reason,
+        float(row.created_at),
+        undone_at if undone_at is not None else row.undone_at,
+        len(row.record["moved_contexts"]),
+    )

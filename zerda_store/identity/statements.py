@@ -1,0 +1,240 @@
+"""Statements of entity identity: the candidates a mention may join, aliases, merges and
+the sessions' key rules. Built from :mod:`zerda_store.db.schema`, compiled once per store
+(or once per migration); no I/O here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Dialect
+
+from ..db.driver import CompiledStatement, compile_statement
+from ..db.schema import contexts, entities, entity_aliases, entity_merges, session_key_rules
+from ..turns.queries import param, session_param
+
+
+def _in_list(column: Any, dialect: Dialect) -> Any:
+    """``column`` among the keys of ``:keys``: one array on Postgres, a JSON array read by
+    ``json_each`` on SQLite, so that one statement serves any number of keys."""
+    if dialect.name == "postgresql":
+        return column == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String)))
+    values = sa.func.json_each(sa.bindparam("keys", type_=sa.JSON)).table_valued("value")
+    return column.in_(sa.select(values.c.value))
+
+
+def candidates_select(dialect: Dialect) -> Any:
+    """Entities whose key or core is among ``:keys``, and the aliases whose key or core is,
+    each with its entity's key and name: the names a mention may join
+    (``identity.resolve``). Four parts, one index each (an OR of two lists would read
+    the whole session)."""
+
+    def by_entity(column: Any) -> Any:
+        return sa.select(
+            entities.c.name_key.label("entity_key"),
+            entities.c.name.label("entity_name"),
+            entities.c.core_key,
+            entities.c.name,
+        ).where(entities.c.session_id == session_param(), _in_list(column, dialect))
+
+    def by_alias(column: Any) -> Any:
+        return (
+            sa.select(
+                entities.c.name_key,
+                entities.c.name,
+                entity_aliases.c.core_key,
+                entity_aliases.c.alias,
+            )
+            .join_from(entity_aliases, entities, entities.c.id == entity_aliases.c.entity_id)
+            .where(entity_aliases.c.session_id == session_param(), _in_list(column, dialect))
+        )
+
+    return sa.union_all(
+        by_entity(entities.c.name_key),
+        by_entity(entities.c.core_key),
+        by_alias(entity_aliases.c.alias_key),
+        by_alias(entity_aliases.c.core_key),
+    )
+
+
+def _dialect_insert(dialect: Dialect) -> Any:
+    return postgresql.insert if dialect.name == "postgresql" else sqlite.insert
+
+
+ALIAS_COLUMNS = (
+    "session_id", "entity_id", "alias_key", "core_key", "alias", "source", "created_at",
+)  # fmt: skip
+ENTITY_COLUMNS = tuple(column.name for column in entities.c)
+CONTEXT_COLUMNS = tuple(column.name for column in contexts.c)
+
+
+def _values(table: sa.Table, columns: tuple[str, ...]) -> dict[str, Any]:
+    return {name: sa.bindparam(name, type_=table.c[name].type) for name in columns}
+
+
+class IdentityStatements:
+    """The statements of aliases, merges and key rules for one dialect: one per store."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        insert = _dialect_insert(dialect)
+
+        def compiled(statement: Any) -> CompiledStatement:
+            return compile_statement(statement, dialect)
+
+        in_session = entity_aliases.c.session_id == session_param()
+        self.candidates = compiled(candidates_select(dialect))
+        self.add_alias = compiled(
+            insert(entity_aliases)
+            .values(_values(entity_aliases, ALIAS_COLUMNS))
+            .on_conflict_do_nothing(
+                index_elements=[entity_aliases.c.session_id, entity_aliases.c.alias_key]
+            )
+            .returning(entity_aliases.c.id)
+        )
+        self.alias_by_key = compiled(
+            sa.select(
+                entity_aliases.c.id, entity_aliases.c.entity_id, entity_aliases.c.alias
+            ).where(in_session, entity_aliases.c.alias_key == param("alias_key", sa.Text))
+        )
+        self.remove_alias = compiled(
+            sa.delete(entity_aliases).where(entity_aliases.c.id == param("alias_id"))
+        )
+        self.aliases_of = compiled(
+            sa.select(
+                entity_aliases.c.id,
+                entity_aliases.c.alias,
+                entity_aliases.c.alias_key,
+                entity_aliases.c.source,
+            )
+            .where(entity_aliases.c.entity_id == param("entity_id"))
+            .order_by(entity_aliases.c.id)
+        )
+        self.session_aliases = compiled(
+            sa.select(
+                entity_aliases.c.entity_id,
+                entity_aliases.c.alias,
+                entity_aliases.c.source,
+                entity_aliases.c.created_at,
+            )
+            .where(in_session)
+            .order_by(entity_aliases.c.id)
+        )
+        self.move_aliases = compiled(
+            sa.update(entity_aliases)
+            .where(entity_aliases.c.entity_id == param("from_id"))
+            .values(entity_id=param("to_id"))
+        )
+        self.alias_to = compiled(
+            sa.update(entity_aliases)
+            .where(
+                entity_aliases.c.id == param("alias_id"),
+                entity_aliases.c.entity_id == param("from_id"),
+            )
+            .values(entity_id=param("to_id"))
+        )
+        # Merges.
+        self.entity_by_key = compiled(
+            sa.select(*entities.c).where(
+                entities.c.session_id == session_param(),
+                entities.c.name_key == param("key", sa.Text),
+            )
+        )
+        self.entity_by_id = compiled(
+            sa.select(*entities.c).where(entities.c.id == param("entity_id"))
+        )
+        self.insert_entity = compiled(sa.insert(entities).values(_values(entities, ENTITY_COLUMNS)))
+        self.delete_entity = compiled(
+            sa.delete(entities).where(entities.c.id == param("entity_id"))
+        )
+        self.update_first_last = compiled(
+            sa.update(entities)
+            .where(entities.c.id == param("entity_id"))
+            .values(
+                entity_type=param("entity_type", sa.String),
+                first_seen=param("first_seen", sa.Double),
+                last_seen=param("last_seen", sa.Double),
+                first_turn_id=param("first_turn_id", sa.BigInteger),
+                first_position=param("first_position"),
+                name=param("name", sa.String),
+            )
+        )
+        self.set_key = compiled(
+            sa.update(entities)
+            .where(entities.c.id == param("entity_id"))
+            .values(name_key=param("name_key", sa.Text), core_key=param("core_key", sa.Text))
+        )
+        self.contexts_of = compiled(
+            sa.select(*contexts.c)
+            .where(contexts.c.entity_id == param("entity_id"))
+            .order_by(contexts.c.id)
+        )
+        self.delete_context = compiled(
+            sa.delete(contexts).where(contexts.c.id == param("context_id"))
+        )
+        self.move_contexts = compiled(
+            sa.update(contexts)
+            .where(contexts.c.entity_id == param("from_id"))
+            .values(entity_id=param("to_id"))
+        )
+        self.context_to = compiled(
+            sa.update(contexts)
+            .where(contexts.c.id == param("context_id"), contexts.c.entity_id == param("from_id"))
+            .values(entity_id=param("to_id"))
+        )
+        self.insert_context = compiled(
+            sa.insert(contexts).values(_values(contexts, CONTEXT_COLUMNS))
+        )
+        merge_columns = (
+            "session_id", "kept_entity_id", "merged_entity_id", "kept_name", "merged_name",
+            "reason", "record", "created_at",
+        )  # fmt: skip
+        self.log_merge = compiled(
+            sa.insert(entity_merges)
+            .values(_values(entity_merges, merge_columns))
+            .returning(entity_merges.c.id)
+        )
+        self.merge_by_id = compiled(
+            sa.select(*entity_merges.c).where(
+                entity_merges.c.session_id == session_param(),
+                entity_merges.c.id == param("merge_id"),
+            )
+        )
+        self.merges = compiled(
+            sa.select(*entity_merges.c)
+            .where(entity_merges.c.session_id == session_param())
+            .order_by(entity_merges.c.id)
+        )
+        self.later_merge_of = compiled(
+            sa.select(entity_merges.c.id)
+            .where(
+                entity_merges.c.session_id == session_param(),
+                entity_merges.c.merged_entity_id == param("entity_id"),
+                entity_merges.c.undone_at.is_(None),
+            )
+            .order_by(entity_merges.c.id.desc())
+            .limit(1)
+        )
+        self.mark_undone = compiled(
+            sa.update(entity_merges)
+            .where(entity_merges.c.id == param("merge_id"))
+            .values(undone_at=param("undone_at", sa.Double))
+        )
+        self.turn_exists = compiled(
+            sa.select(sa.literal(1, sa.Integer).label("one"))
+            .select_from(sa.table("turns"))
+            .where(sa.column("id") == param("turn_id"))
+        )
+        # Key rules.
+        self.record_rules = compiled(
+            insert(session_key_rules)
+            .values(_values(session_key_rules, ("session_id", "key_rules", "created_at")))
+            .on_conflict_do_nothing(index_elements=[session_key_rules.c.session_id])
+        )
+        self.rules_of = compiled(
+            sa.select(session_key_rules.c.key_rules).where(
+                session_key_rules.c.session_id == session_param()
+            )
+        )

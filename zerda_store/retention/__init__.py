@@ -1,0 +1,1 @@
+"""Retention: the policies, what they let reads show, and pruning what they expired."""

@@ -1,0 +1,1 @@
+"""Moving sessions between databases: the JSON Lines export format, its checks, and imports."""

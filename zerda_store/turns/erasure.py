@@ -1,0 +1,260 @@
+"""Erasure: forgetting one entity, and clearing a session.
+
+Each runs as one unit of work holding its session's lock exclusively (on Postgres; on
+SQLite the single writer does the same), so that it covers every turn committed before
+it and no save slips in between its statements. No statement carries a list of ids: the
+turns to delete are named by a subquery, and ids found in Python (turns whose extraction
+failed) go one parameter set at a time, so no database's parameter limit applies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+from ..db.driver import compile_statement
+from ..db.engine import Store
+from ..db.schema import contexts, entities, entity_aliases, entity_merges, extractions, turns
+from ..db.unit_of_work import SessionLock, Transaction
+from ..identity.statements import IdentityStatements
+from ..model.names import name_key
+from ..model.records import EntityRecord, ForgetReceipt
+from .queries import Queries, param, session_param
+from .rows import entity_record
+
+# What an extraction error that named a forgotten entity reads afterwards.
+ERASED_ERROR = "(error text erased: it named a forgotten entity)"
+
+
+class ErasureStatements:
+    """The statements of erasure, compiled for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        def compiled(statement: Any) -> Any:
+            return compile_statement(statement, dialect)
+
+        entity = param("entity_id")
+        turns_of_entity = sa.select(contexts.c.turn_id).where(
+            contexts.c.entity_id == entity, contexts.c.turn_id.is_not(None)
+        )
+        self.turns_naming = compiled(
+            sa.select(turns.c.id, turns.c.entity_names).where(turns.c.id.in_(turns_of_entity))
+        )
+        self.set_names = compiled(
+            turns.update()
+            .where(turns.c.id == param("turn_id"))
+            .values(entity_names=param("names", turns.c.entity_names.type))
+        )
+        self.count_snippets_with_turns = compiled(
+            sa.select(sa.func.count().label("count")).where(
+                sa.or_(contexts.c.entity_id == entity, contexts.c.turn_id.in_(turns_of_entity))
+            )
+        )
+        # Their snippets and ledger rows go with them (ON DELETE CASCADE).
+        self.delete_turns_naming = compiled(
+            turns.delete().where(
+                turns.c.session_id == session_param(), turns.c.id.in_(turns_of_entity)
+            )
+        )
+        self.delete_turn = compiled(turns.delete().where(turns.c.id == param("turn_id")))
+        self.failed_turns = compiled(
+            sa.select(turns.c.id, turns.c.input_text, turns.c.output_text)
+            .join(extractions, extractions.c.turn_id == turns.c.id)
+            .where(extractions.c.session_id == session_param(), extractions.c.status == "failed")
+        )
+        self.delete_snippets = compiled(contexts.delete().where(contexts.c.entity_id == entity))
+        self.delete_entity = compiled(entities.delete().where(entities.c.id == entity))
+        self.named_alongside = compiled(
+            sa.select(contexts.c.entity_id)
+            .where(contexts.c.turn_id.in_(turns_of_entity), contexts.c.entity_id != entity)
+            .distinct()
+        )
+        has_snippets = sa.exists().where(contexts.c.entity_id == entities.c.id)
+        self.delete_if_orphan = compiled(
+            entities.delete().where(entities.c.id == entity, ~has_snippets)
+        )
+        self.errors_in_session = compiled(
+            sa.select(extractions.c.id, extractions.c.error).where(
+                extractions.c.session_id == session_param(), extractions.c.error.is_not(None)
+            )
+        )
+        self.erase_error = compiled(
+            extractions.update()
+            .where(extractions.c.id == param("ledger_id"))
+            .values(error=ERASED_ERROR)
+        )
+        # The merge log holds names and snippet texts: it goes with what it logged.
+        self.clear = [
+            compiled(table.delete().where(table.c.session_id == session_param()))
+            for table in (contexts, extractions, entity_aliases, entity_merges, entities, turns)
+        ]
+        self.forget_merges = compiled(
+            entity_merges.delete().where(
+                entity_merges.c.session_id == session_param(),
+                sa.or_(
+                    entity_merges.c.kept_entity_id == entity,
+                    entity_merges.c.merged_entity_id == entity,
+                ),
+            )
+        )
+
+
+class Erasure:
+    """Forgetting entities and clearing sessions of one store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._statements = store.statements(ErasureStatements)
+        self._queries = store.statements(Queries)
+        self._identity = store.statements(IdentityStatements)
+
+    def clear(self, session_id: str) -> None:
+        """Delete the session's turns, entities, snippets and ledger rows."""
+        self.store.write(*self._clear(session_id))
+
+    async def aclear(self, session_id: str) -> None:
+        """:meth:`clear`, awaited."""
+        await self.store.awrite(*self._clear(session_id))
+
+    def _clear(self, session_id: str) -> tuple[Callable[[Transaction], None], SessionLock]:
+        def work(transaction: Transaction) -> None:
+            for statement in self._statements.clear:
+                transaction.count(statement, {"session_id": session_id})
+
+        return work, SessionLock(session_id, exclusive=True)
+
+    def forget_entity(
+        self, session_id: str, key: str, *, with_turns: bool, normalize: bool
+    ) -> ForgetReceipt | None:
+        """Erase one entity and its snippets in one transaction, and its name from the
+        turns that mention it (or, ``with_turns``, those turns and all their snippets,
+        and the other entities of those turns that are left with no snippet)."""
+        return self.store.write(*self._forget(session_id, key, with_turns, normalize))
+
+    async def aforget_entity(
+        self, session_id: str, key: str, *, with_turns: bool, normalize: bool
+    ) -> ForgetReceipt | None:
+        """:meth:`forget_entity`, awaited."""
+        return await self.store.awrite(*self._forget(session_id, key, with_turns, normalize))
+
+    def _forget(
+        self, session_id: str, key: str, with_turns: bool, normalize: bool
+    ) -> tuple[Callable[[Transaction], ForgetReceipt | None], SessionLock]:
+        def work(transaction: Transaction) -> ForgetReceipt | None:
+            found = self._entity_named(transaction, session_id, key)
+            if not found:
+                return None
+            entity = entity_record(found[0])
+            self._erase_errors_naming(transaction, session_id, entity.key, normalize)
+            if with_turns:
+                return self._forget_with_turns(transaction, session_id, entity, normalize)
+            updated = self._drop_name_from_turns(transaction, entity, normalize)
+            snippets = self._delete_entity(transaction, session_id, entity)
+            return ForgetReceipt(entity.name, 1, snippets, 0, updated)
+
+        return work, SessionLock(session_id, exclusive=True)
+
+    def _entity_named(self, transaction: Transaction, session_id: str, key: str) -> list[Any]:
+        """The entity whose key, or one of whose aliases' keys, is ``key``."""
+        found = transaction.run(self._queries.entity_by_key, {"session_id": session_id, "key": key})
+        if found:
+            return found
+        values = {"session_id": session_id, "alias_key": key}
+        alias = transaction.run(self._identity.alias_by_key, values)
+        if not alias:
+            return []
+        return transaction.run(self._identity.entity_by_id, {"entity_id": alias[0].entity_id})
+
+    def _delete_entity(
+        self, transaction: Transaction, session_id: str, entity: EntityRecord
+    ) -> int:
+        """Delete the entity, its remaining snippets and the merges it took part in (their
+        log holds its names and snippets); how many snippets."""
+        values = {"entity_id": entity.id}
+        transaction.count(
+            self._statements.forget_merges,
+            {"session_id": session_id, "entity_id": entity.id},
+        )
+        snippets = transaction.count(self._statements.delete_snippets, values)
+        transaction.count(self._statements.delete_entity, values)
+        return snippets
+
+    def _forget_with_turns(
+        self, transaction: Transaction, session_id: str, entity: EntityRecord, normalize: bool
+    ) -> ForgetReceipt:
+        statements, values = self._statements, {"entity_id": entity.id, "session_id": session_id}
+        snippets = transaction.run(statements.count_snippets_with_turns, values)[0].count
+        # The other entities of those turns: deleted below if they are left with no snippet.
+        others = transaction.run(statements.named_alongside, values)
+        turns_deleted = transaction.count(statements.delete_turns_naming, values)
+        # Turns whose extraction failed name nobody yet; a later reextract would bring the
+        # entity back from them.
+        failed = self._failed_turns_mentioning(transaction, session_id, entity.key, normalize)
+        turns_deleted += transaction.run_many(
+            statements.delete_turn, [{"turn_id": turn_id} for turn_id in failed]
+        )
+        self._delete_entity(transaction, session_id, entity)
+        orphans = transaction.run_many(
+            statements.delete_if_orphan, [{"entity_id": row.entity_id} for row in others]
+        )
+        return ForgetReceipt(entity.name, 1 + orphans, int(snippets), turns_deleted, 0)
+
+    def _erase_errors_naming(
+        self, transaction: Transaction, session_id: str, key: str, normalize: bool
+    ) -> None:
+        """Extraction errors can quote the turn (an LLM's error may echo the prompt): the
+        ledger rows whose error names the entity keep their row, not the text."""
+        rows = transaction.run(self._statements.errors_in_session, {"session_id": session_id})
+        pattern = _whole_words(key, normalize)
+        naming = [
+            {"ledger_id": row.id}
+            for row in rows
+            if pattern.search(_searchable(row.error, normalize))
+        ]
+        transaction.run_many(self._statements.erase_error, naming)
+
+    def _failed_turns_mentioning(
+        self, transaction: Transaction, session_id: str, key: str, normalize: bool
+    ) -> list[int]:
+        failed = transaction.run(self._statements.failed_turns, {"session_id": session_id})
+        pattern = _whole_words(key, normalize)
+        return [
+            row.id
+            for row in failed
+            if pattern.search(_searchable(f"{row.input_text} {row.output_text}", normalize))
+        ]
+
+    def _drop_name_from_turns(
+        self, transaction: Transaction, entity: EntityRecord, normalize: bool
+    ) -> int:
+        rows = transaction.run(self._statements.turns_naming, {"entity_id": entity.id})
+        aliases = transaction.run(self._identity.aliases_of, {"entity_id": entity.id})
+        keys = {entity.key, *(alias.alias_key for alias in aliases)}
+        updates = [
+            {
+                "turn_id": row.id,
+                "names": [
+                    name
+                    for name in row.entity_names
+                    if name_key(name, normalize=normalize) not in keys
+                ],
+            }
+            for row in rows
+        ]
+        transaction.run_many(self._statements.set_names, updates)
+        return len(updates)
+
+
+def _whole_words(key: str, normalize: bool) -> re.Pattern[str]:
+    """The name as whole words: "Ann" is not in "annual". Normalized keys are compared
+    casefolded (a word's key keeps its capital: "Bill")."""
+    return re.compile(rf"(?<!\w){re.escape(key.casefold() if normalize else key)}(?!\w)")
+
+
+def _searchable(text: str, normalize: bool) -> str:
+    """A text as the keys it may hold are searched for in it."""
+    return name_key(text, normalize=normalize).casefold() if normalize else text

@@ -1,0 +1,56 @@
+"""The repository's saves and reads, awaited: the same units of work as
+:class:`repository.Repository` builds for its sync methods (``..._work``), run on the
+store's async pool (:meth:`Store.awrite`, :meth:`Store.aread`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..model.records import EntityRecord, Mention, NewTurn, SessionStats
+from ..retention.policies import Visibility
+from .repository import Repository, recalled
+
+
+class AsyncRepository:
+    """The async twin of one memory's :class:`Repository`."""
+
+    __slots__ = ("_repository", "store")
+
+    def __init__(self, repository: Repository) -> None:
+        self._repository = repository
+        self.store = repository.store
+
+    async def save_turn(self, session_id: str, turn: NewTurn) -> int | None:
+        """:meth:`Repository.save_turn`, awaited."""
+        return await self.store.awrite(*self._repository.save_turn_work(session_id, turn))
+
+    async def has_turn(self, session_id: str, idempotency_key: str) -> bool:
+        """:meth:`Repository.has_turn`, awaited."""
+        work = self._repository.has_turn_work(session_id, idempotency_key)
+        return bool(await self.store.aread(work))
+
+    async def recall(
+        self, session_id: str, mentions: Sequence[Mention], limit: int, visible: Visibility | None
+    ) -> list[tuple[EntityRecord, list[str]]]:
+        """:meth:`Repository.recall`, awaited."""
+        work = self._repository.recall_work(session_id, mentions, limit, visible)
+        rows, unique = await self.store.aread(work)
+        return recalled(rows, unique, visible)
+
+    async def entity_details(
+        self, session_id: str, mention: Mention, limit: int, visible: Visibility | None
+    ) -> tuple[EntityRecord, int, list[str], list[str]] | None:
+        """:meth:`Repository.entity_details`, awaited."""
+        work = self._repository.details_work(session_id, mention, limit, visible)
+        return await self.store.aread(work, snapshot=True)
+
+    async def list_entities(
+        self, session_id: str, visible: Visibility | None
+    ) -> list[EntityRecord]:
+        """:meth:`Repository.iter_entities`, awaited: every page read on one connection."""
+        return await self.store.aread(self._repository.entities_work(session_id, visible))
+
+    async def stats(self, session_id: str, visible: Visibility | None) -> SessionStats:
+        """:meth:`Repository.stats`, awaited."""
+        work = self._repository.stats_work(session_id, visible)
+        return await self.store.aread(work, snapshot=visible is not None)

@@ -1,0 +1,296 @@
+"""The chat-turn path's statements: SQLAlchemy Core built from :mod:`zerda_store.db.schema`,
+compiled once per store (:meth:`Store.statements`) for its dialect.
+
+A save is one insert per table (multi-row ``VALUES``; on Postgres, beyond a few rows, one
+array per column unnested in one statement); a recall is one statement. Building and
+compiling do no I/O; an insert is prepared (compiled for its row count) before its
+transaction begins, so that nothing but the statements runs inside it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Dialect
+
+from ..db.driver import (
+    Runnable,
+    compile_columns,
+    compile_rows,
+    compile_statement,
+    row_placeholders,
+    unnested_rows,
+)
+from ..db.schema import contexts, entities, extractions, insert_columns, turns
+from ..db.unit_of_work import Transaction
+from ..errors import StoreError
+from ..model.names import UNKNOWN_TYPE
+
+# Rows a multi-row INSERT carries at most (8 columns × 64 stays under every SQLite's limit
+# of 999 parameters).
+ROWS_PER_STATEMENT = 64
+# Keys recalled by one statement on SQLite (more take several); Postgres takes any number.
+RECALL_CHUNK = 32
+
+
+# Postgres: up to this many rows an INSERT sends VALUES, cheapest for a turn's few rows;
+# more go as one array per column, unnested in one statement whose text never changes
+# (psycopg parses a long VALUES statement on every call, and sends arrays in binary).
+POSTGRES_VALUES_ROWS = 8
+# The row count that stands for "any number of rows" (the arrays form).
+ANY_ROWS = 0
+# What every row of one insert shares: sent once, not as an array.
+SHARED = ("session_id",)
+
+
+def _dialect_insert(dialect: str) -> Any:
+    if dialect == "postgresql":
+        return postgresql.insert
+    if dialect == "sqlite":
+        return sqlite.insert
+    raise StoreError(f"unsupported database {dialect!r}: zerda_store runs on SQLite and Postgres")
+
+
+NEWEST_FIRST = (contexts.c.turn_seq.desc(), contexts.c.id.desc())
+ENTITY_SELECT = (
+    entities.c.id,
+    entities.c.name,
+    entities.c.name_key,
+    entities.c.entity_type,
+    entities.c.first_seen,
+    entities.c.last_seen,
+)
+
+
+def _recall_by_keys(count: int, aged: bool = False, keyed: Any = None) -> Any:
+    """SQLite (no LATERAL): the session's entities keyed ``:key_0`` … (unique index),
+    joined to the snippets whose ids are among each one's newest ``:limit`` (a correlated
+    subquery on the contexts index led by entity_id, read backwards and cut at the
+    limit), then fetched by primary key. ``aged`` adds each snippet's creation time;
+    ``keyed`` replaces the filter on the entities' keys."""
+    newest = contexts.alias("newest")
+    newest_ids = (
+        sa.select(newest.c.id)
+        .where(newest.c.entity_id == entities.c.id)
+        .order_by(newest.c.turn_seq.desc(), newest.c.id.desc())
+        .limit(sa.bindparam("limit"))
+        .correlate(entities)
+    )
+    keys = [sa.bindparam(f"key_{i}", type_=sa.String) for i in range(count)]
+    age = (contexts.c.created_at,) if aged else ()
+    return (
+        sa.select(
+            *ENTITY_SELECT,
+            contexts.c.text,
+            contexts.c.turn_seq,
+            contexts.c.id.label("context_id"),
+            *age,
+        )
+        .join_from(entities, contexts, contexts.c.id.in_(newest_ids))
+        .where(
+            entities.c.session_id == sa.bindparam("session_id"),
+            entities.c.name_key.in_(keys) if keyed is None else keyed,
+        )
+    )
+
+
+def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
+    """Postgres: the session's entities keyed ``:keys`` (unique index), each joined
+    LATERAL to its newest ``:limit`` snippets (the contexts index led by entity_id, read
+    backwards and cut at the limit). ``aged`` adds each snippet's creation time;
+    ``keyed`` replaces the filter on the entities' keys."""
+    age = (contexts.c.created_at,) if aged else ()
+    newest = (
+        sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"), *age)
+        # The session too, so that Citus routes the whole recall to the session's shard.
+        .where(
+            contexts.c.entity_id == entities.c.id, contexts.c.session_id == entities.c.session_id
+        )
+        .order_by(*NEWEST_FIRST)
+        .limit(sa.bindparam("limit"))
+        .lateral("newest")
+    )
+    selected = sa.select(
+        *ENTITY_SELECT,
+        newest.c.text,
+        newest.c.turn_seq,
+        newest.c.context_id,
+        *((newest.c.created_at,) if aged else ()),
+    )
+    return selected.join_from(entities, newest, sa.true()).where(
+        entities.c.session_id == sa.bindparam("session_id"),
+        entities.c.name_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String)))
+        if keyed is None
+        else keyed,
+    )
+
+
+@functools.cache
+def _key_names(count: int) -> tuple[str, ...]:
+    return tuple(f"key_{i}" for i in range(count))
+
+
+def _statement_sizes(count: int) -> list[int]:
+    """How many rows each statement of an insert of ``count`` rows carries: full
+    statements, then a multiple of 8, then the rest. Few sizes, so few statements to
+    compile, and at most three statements beyond the full ones."""
+    sizes = [ROWS_PER_STATEMENT] * (count // ROWS_PER_STATEMENT)
+    rest = count % ROWS_PER_STATEMENT
+    if rest > 8:
+        sizes.append(rest - rest % 8)
+        rest %= 8
+    if rest:
+        sizes.append(rest)
+    return sizes
+
+
+class PreparedInsert:
+    """An insert of a known number of rows, compiled: the statements that carry them."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: list[tuple[Runnable, int]]) -> None:
+        self._parts = parts
+
+    def run(self, transaction: Transaction, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """Insert ``rows`` (as many as prepared); the rows the statements return."""
+        if len(self._parts) == 1:
+            return transaction.run(self._parts[0][0], rows)
+        returned: list[Any] = []
+        start = 0
+        for statement, size in self._parts:
+            returned += transaction.run(statement, rows[start : start + size])
+            start += size
+        return returned
+
+
+class RowsInsert:
+    """One kind of multi-row insert into ``table`` (its columns read from the schema), for
+    one dialect. ``finish`` adds what the kind needs to the plain insert (RETURNING, ON
+    CONFLICT). Compiled per row count, from the few sizes :func:`_statement_sizes` gives."""
+
+    def __init__(
+        self, dialect: Dialect, table: sa.Table, finish: Callable[[Any], Any] = lambda i: i
+    ) -> None:
+        self.table = table
+        self.columns = insert_columns(table)
+        self._dialect = dialect
+        self._insert = _dialect_insert(dialect.name)
+        self._finish = finish
+        # Postgres: many rows as one array per column.
+        self._arrays = dialect.name == "postgresql"
+        self._compiled: dict[int, Runnable] = {}
+        self._all_compiled = False
+
+    def prepare(self, count: int) -> PreparedInsert:
+        """The statements for ``count`` rows, compiled on first use. On SQLite a statement
+        carries at most ``ROWS_PER_STATEMENT`` rows; on Postgres more than
+        ``POSTGRES_VALUES_ROWS`` rows go as one statement of arrays."""
+        if self._arrays and count > POSTGRES_VALUES_ROWS:
+            return PreparedInsert([(self._statement(ANY_ROWS), count)])
+        return PreparedInsert([(self._statement(size), size) for size in _statement_sizes(count)])
+
+    def compile_all(self) -> None:
+        """Compile every statement some row count needs, so that inserts whose counts are
+        known only inside a transaction (a streamed import) compile nothing there."""
+        if self._all_compiled:
+            return
+        if self._arrays:
+            sizes = {ANY_ROWS, *range(1, POSTGRES_VALUES_ROWS + 1)}
+        else:
+            sizes = {ROWS_PER_STATEMENT, *range(8, ROWS_PER_STATEMENT, 8), *range(1, 8)}
+        for size in sizes:
+            self._statement(size)
+        self._all_compiled = True
+
+    def _statement(self, size: int) -> Runnable:
+        statement = self._compiled.get(size)
+        if statement is None:
+            table, columns = self.table, self.columns
+            if size == ANY_ROWS:
+                rows = unnested_rows(table, columns, SHARED)
+                built = self._finish(self._insert(table).from_select(list(columns), rows))
+                statement = compile_columns(built, self._dialect, table, columns, SHARED)
+            else:
+                built = self._finish(
+                    self._insert(table).values(row_placeholders(table, columns, size))
+                )
+                statement = compile_rows(built, self._dialect, columns, size)
+            self._compiled[size] = statement
+        return statement
+
+
+def _upsert_entities(upsert: Any) -> Any:
+    """Entities: insert or update by key. The first sighting moves to a turn with a smaller
+    id than the entity's first turn (a repaired old turn, or a concurrent writer that
+    committed later); ``last_seen`` never moves back; an unknown type takes a known one."""
+    excluded = upsert.excluded
+    earlier = excluded.first_turn_id < entities.c.first_turn_id
+    first_seen_fields = {
+        column: sa.case((earlier, getattr(excluded, column)), else_=entities.c[column])
+        for column in ("name", "first_seen", "first_turn_id", "first_position")
+    }
+    return upsert.on_conflict_do_update(
+        index_elements=[entities.c.session_id, entities.c.name_key],
+        set_={
+            **first_seen_fields,
+            "last_seen": sa.case(
+                (excluded.last_seen > entities.c.last_seen, excluded.last_seen),
+                else_=entities.c.last_seen,
+            ),
+            "entity_type": sa.case(
+                (entities.c.entity_type == UNKNOWN_TYPE, excluded.entity_type),
+                else_=entities.c.entity_type,
+            ),
+        },
+    ).returning(entities.c.id, entities.c.name_key)
+
+
+def _insert_turn_once(insert: Any) -> Any:
+    """One turn, unless its idempotency key was used in the session (then no row)."""
+    return insert.on_conflict_do_nothing(
+        index_elements=[turns.c.session_id, turns.c.idempotency_key]
+    ).returning(turns.c.id)
+
+
+class TurnStatements:
+    """The chat-turn path's statements for one dialect: one per store."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        self.turn = RowsInsert(dialect, turns, _insert_turn_once)
+        self.turns = RowsInsert(dialect, turns, lambda insert: insert.returning(turns.c.id))
+        self.entities = RowsInsert(dialect, entities, _upsert_entities)
+        self.contexts = RowsInsert(dialect, contexts)
+        self.outcomes = RowsInsert(dialect, extractions)
+        # Postgres: recall keys as one array.
+        self._arrays = dialect.name == "postgresql"
+        self._recall: dict[tuple[int, bool], Runnable] = {}
+
+    def _recall_statement(self, count: int, aged: bool) -> Runnable:
+        statement = self._recall.get((count, aged))
+        if statement is None:
+            built = _recall_lateral(aged) if self._arrays else _recall_by_keys(count, aged)
+            statement = self._recall[count, aged] = compile_statement(built, self._dialect)
+        return statement
+
+    def recall_batches(
+        self, session_id: str, keys: list[str], limit: int, *, aged: bool = False
+    ) -> list[tuple[Runnable, dict[str, Any]]]:
+        """The recall statements for ``keys`` with their values: one on Postgres, one per
+        ``RECALL_CHUNK`` keys on SQLite. ``aged``: the rows carry ``created_at`` too."""
+        if self._arrays:
+            values = {"session_id": session_id, "limit": limit, "keys": keys}
+            return [(self._recall_statement(ANY_ROWS, aged), values)] if keys else []
+        batches = []
+        for start in range(0, len(keys), RECALL_CHUNK):
+            chunk = keys[start : start + RECALL_CHUNK]
+            values = {"session_id": session_id, "limit": limit}
+            values.update(zip(_key_names(len(chunk)), chunk, strict=True))
+            batches.append((self._recall_statement(len(chunk), aged), values))
+        return batches

@@ -1,0 +1,92 @@
+"""The reads of a session that has a retention policy: the same reads as
+:mod:`queries`, hiding what the policy has expired but the pruner has not yet deleted.
+
+Used only when a policy applies; without one, reads run :mod:`queries`' statements
+unchanged. Snippets carry their creation time out (the repository drops expired ones and
+cuts each entity at ``keep_last``); counts and listings filter in SQL, by a cutoff per
+entity type (:func:`retention.cutoff_case`), compiled once per number of types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+from ..db.driver import CompiledStatement, compile_statement
+from ..db.schema import contexts, entities, turns
+from ..retention.policies import cutoff_case
+from .queries import FIRST_SEEN_ORDER, TurnReads, param, session_param
+from .statements import ENTITY_SELECT, NEWEST_FIRST
+
+
+class VisibleQueries:
+    """The policy-aware reads, compiled for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        of_entity = sa.and_(
+            contexts.c.session_id == session_param(), contexts.c.entity_id == param("entity_id")
+        )
+        aged = (contexts.c.text, contexts.c.created_at)
+        self.recent_contexts = self._compiled(
+            sa.select(*aged).where(of_entity).order_by(*NEWEST_FIRST).limit(param("limit"))
+        )
+        self.all_contexts = self._compiled(
+            sa.select(*aged).where(of_entity).order_by(contexts.c.turn_seq, contexts.c.id)
+        )
+        self.count_contexts = self._compiled(
+            sa.select(sa.func.count().label("count")).where(
+                of_entity, contexts.c.created_at >= param("cutoff", sa.Double)
+            )
+        )
+        recent = turns.c.created_at >= param("turn_cutoff", sa.Double)
+        self.turn_reads = TurnReads(
+            self._compiled, sa.and_(turns.c.session_id == session_param(), recent)
+        )
+        self._by_types: dict[int, _TypedReads] = {}
+
+    def _compiled(self, statement: Any) -> CompiledStatement:
+        return compile_statement(statement, self._dialect)
+
+    def typed(self, count: int) -> _TypedReads:
+        """The reads that filter by a cutoff per entity type, for ``count`` types."""
+        reads = self._by_types.get(count)
+        if reads is None:
+            reads = self._by_types[count] = _TypedReads(self._compiled, count)
+        return reads
+
+
+class _TypedReads:
+    def __init__(self, compiled: Any, count: int) -> None:
+        has_visible = (
+            sa.exists()
+            .where(contexts.c.entity_id == entities.c.id)
+            .where(contexts.c.created_at >= cutoff_case(entities.c.entity_type, count))
+        )
+        in_session = entities.c.session_id == session_param()
+        page = sa.select(*ENTITY_SELECT, *FIRST_SEEN_ORDER[:2]).where(in_session, has_visible)
+        self.entities_first_page = compiled(page.order_by(*FIRST_SEEN_ORDER).limit(param("limit")))
+        after = sa.tuple_(*FIRST_SEEN_ORDER) > sa.tuple_(
+            param("turn"), param("position"), param("id")
+        )
+        self.entities_next_page = compiled(
+            page.where(after).order_by(*FIRST_SEEN_ORDER).limit(param("limit"))
+        )
+        self.count_entities = compiled(
+            sa.select(sa.func.count().label("count"))
+            .select_from(entities)
+            .where(in_session, has_visible)
+        )
+        # Visible snippets per entity (the repository cuts each at its keep_last).
+        self.snippet_counts = compiled(
+            sa.select(entities.c.entity_type, sa.func.count().label("count"))
+            .select_from(contexts)
+            .join(entities, entities.c.id == contexts.c.entity_id)
+            .where(
+                contexts.c.session_id == session_param(),
+                contexts.c.created_at >= cutoff_case(entities.c.entity_type, count),
+            )
+            .group_by(contexts.c.entity_id, entities.c.entity_type)
+        )
