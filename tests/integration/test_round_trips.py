@@ -169,27 +169,19 @@ def test_a_save_whose_names_join_other_entities_still_joins_them(
     assert info["contexts_count"] == 3
 
 
-def test_a_save_naming_an_entity_with_an_alias_of_its_own_is_one_round_trip(
+def test_a_titled_mention_joins_and_the_bare_name_stays_one_round_trip(
     traced: tuple[ConversationEntityMemory, ProtocolTrace],
 ) -> None:
     memory, trace = traced
     _save(memory, "[1] Sarah Chen signed.")
-    _save(memory, "[2] Dr. Sarah Chen called back.")  # an alias of Sarah Chen
-    trace.take()
-    _save(memory, "[3] Sarah Chen paid.")
-    assert round_trips(trace.take()) == 1
-    info = memory.get_entity_info("Sarah Chen")
-    assert info is not None
-    assert info["contexts_count"] == 3
-
-
-def test_a_titled_mention_is_saved_by_the_general_unit_of_work(
-    traced: tuple[ConversationEntityMemory, ProtocolTrace],
-) -> None:
-    memory, _ = traced
-    _save(memory, "[1] Sarah Chen signed.")
-    _save(memory, "[2] Dr. Sarah Chen called back.")
+    _save(memory, "[2] Dr. Sarah Chen called back.")  # the general unit of work: an alias
     assert memory.list_entities() == ["Omar Haddad", "Sarah Chen"]
     info = memory.get_entity_info("Dr. Sarah Chen")
     assert info is not None
     assert info["aliases"] == ["Dr. Sarah Chen"]
+    trace.take()
+    _save(memory, "[3] Sarah Chen paid.")  # its alias names the entity itself
+    assert round_trips(trace.take()) == 1
+    info = memory.get_entity_info("Sarah Chen")
+    assert info is not None
+    assert info["contexts_count"] == 3

@@ -16,18 +16,10 @@ from __future__ import annotations
 
 import select
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
-
-from sqlalchemy.exc import DBAPIError
+from typing import TYPE_CHECKING, Any
 
 from .driver import Runnable
-from .unit_of_work import (
-    LostCommit,
-    _give_back,
-    _is_lost,
-    _with_retries,
-    retryable_write,
-)
+from .unit_of_work import _give_back, _with_retries, driver_failure, retryable_write
 
 if TYPE_CHECKING:
     from .engine import Store
@@ -73,11 +65,12 @@ def _attempt(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
     connection = _open_connection(store)
     driver_connection = connection.dbapi_connection
     cursors: list[Any] = []
-    clean = False
+    clean = sending = False
     try:
         if driver_connection.info.transaction_status != _IDLE:
             driver_connection.rollback()  # never expected of a kept connection; cheap to undo
         driver_connection.autocommit = True
+        sending = True
         with driver_connection.pipeline():
             try:
                 for statement, parameters in steps:
@@ -94,24 +87,9 @@ def _attempt(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
         clean = True
         return statement.reader(dialect, last.description)(rows) if rows else []
     except dialect.loaded_dbapi.Error as orig:
-        lost = _is_lost(dialect, orig, driver_connection, cursors[-1] if cursors else None)
-        if lost:
-            connection.invalidate(orig)
-            store.drop_connections()
-        error = cast(
-            DBAPIError,
-            DBAPIError.instance(
-                None,
-                None,
-                orig,
-                dialect.loaded_dbapi.Error,
-                connection_invalidated=lost,
-                dialect=dialect,
-            ),
-        )
-        if lost:
-            raise LostCommit(error) from orig
-        raise error from orig
+        last_cursor = cursors[-1] if cursors else None
+        # Once the pipeline is on its way, its answer is the commit's.
+        raise driver_failure(store, connection, orig, last_cursor, committing=sending) from orig
     finally:
         for cursor in cursors[:-1]:
             cursor.close()
