@@ -289,7 +289,7 @@ def fresh_database(backend: str) -> Any:
 
 
 def _run_loop(main: Awaitable[Run]) -> Run:
-    """uvloop when installed (``pip install 'zerda-store[bench]'``), as uvicorn picks it too."""
+    """uvloop when installed (``pip install '.[bench]'`` in a checkout), as uvicorn picks it too."""
     try:
         import uvloop
     except ImportError:

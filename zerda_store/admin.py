@@ -185,12 +185,22 @@ class AdminRepository:
         session_idle: timedelta | float | None = None,
         *,
         entity_type: str | None = None,
-    ) -> None:
+        merge: bool = False,
+    ) -> dict[str, Any]:
         """Set a session's rule, or the default's (``session_id=None``), for every entity
-        type or for one (see :meth:`ConversationEntityMemory.set_retention`)."""
-        rule = make_rule(keep_last, max_age, session_idle)
+        type or for one (see :meth:`ConversationEntityMemory.set_retention`); the rule as
+        stored. ``merge=True`` keeps the stored rule's fields that are not given here
+        (setting ``max_age`` alone then keeps an earlier ``keep_last``)."""
         kind = ANY_SCOPE if entity_type is None else checked_text(entity_type, "entity_type")
-        Policies(self.store).set(_scope(session_id), kind, rule, time.time())
+        policies = Policies(self.store)
+        stored = policies.stored(_scope(session_id)).get(kind) if merge else None
+        if stored is not None:
+            keep_last = stored.keep_last if keep_last is None else keep_last
+            max_age = stored.max_age if max_age is None else max_age
+            session_idle = stored.session_idle if session_idle is None else session_idle
+        rule = make_rule(keep_last, max_age, session_idle)
+        policies.set(_scope(session_id), kind, rule, time.time())
+        return rule.as_dict()
 
     def retention(self, session_id: str | None) -> dict[str, Any]:
         """The rules stored for a session (``session_id=None``: the default), as

@@ -8,8 +8,6 @@ doubt:
 - an entity whose key is not the fold-v1 key of its name: exact (fold-v1 keyed every
   entity with the fold-v1 key of its first name);
 - an entity whose key is not its name: fold-v1 (exact keys are the names);
-- a turn that lists two names with one fold-v1 key: exact (fold-v1 lists one name per key
-  in a turn);
 - a turn that lists a name that is no entity's key while its fold-v1 key is one: fold-v1
   (with exact keys that name would be an entity of its own; forgetting an entity takes
   its name out of the turns).
@@ -39,9 +37,6 @@ def written_with(entities: Sequence[Any], turn_names: Iterable[Sequence[str]]) -
         return FOLD_V1
     keys = {row["name_key"] for row in entities}
     for names in turn_names:
-        folded = [fold_v1(name) for name in names]
-        if len(set(folded)) < len(folded):
-            return EXACT
-        if any(name not in keys and key in keys for name, key in zip(names, folded, strict=True)):
+        if any(name not in keys and fold_v1(name) in keys for name in names):
             return FOLD_V1
     return UNSURE

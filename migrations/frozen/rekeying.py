@@ -10,7 +10,7 @@ the library's modules move. The merge log's ``record`` is the library's format
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,13 +65,19 @@ class SessionOutcome:
 
 
 def rekey_sessions(
-    connection: sa.Connection, now: float, *, assume_normalized: bool = False
+    connection: sa.Connection, now: float, *, assume_normalized: bool | Collection[str] = False
 ) -> list[SessionOutcome]:
     """Record each session's key rules and re-key the fold-v1 ones with fold-v2;
-    ``assume_normalized``: the operator knows every unsure session was fold-v1."""
+    ``assume_normalized``: the unsure sessions (True: all) the operator knows were fold-v1."""
     sessions = connection.execute(sa.select(ENTITIES.c.session_id).distinct()).scalars().all()
     return [
-        _rekey_session(connection, session_id, now, assume_normalized)
+        _rekey_session(
+            connection,
+            session_id,
+            now,
+            assume_normalized is True
+            or (not isinstance(assume_normalized, bool) and session_id in assume_normalized),
+        )
         for session_id in sorted(sessions)
     ]
 

@@ -3,7 +3,8 @@
 ``contexts.created_at`` is backfilled from the snippet's turn (``turns.created_at``); a
 note added with ``add_context`` belongs to no turn and takes its entity's ``last_seen``
 (the time of the entity's newest activity, at or after the note). Then the column is made
-NOT NULL: on SQLite by rebuilding the table (batch mode), around which the views that
+NOT NULL, defaulting to now (for the previous release, which does not write it): on
+SQLite by rebuilding the table (batch mode), around which the views that
 read it are dropped and created again (as revisions 0001 and 0003 defined them).
 
 Revision ID: 0005
@@ -65,6 +66,15 @@ WHERE created_at IS NULL
 """
 
 
+# The default of ``created_at``: now, in epoch seconds. The library always writes the
+# column; the default is for the previous release, which does not know it, so that its
+# saves go through while both releases run (a rolling deploy).
+EPOCH_NOW = {
+    "postgresql": "date_part('epoch', now())",
+    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
+}
+
+
 def _sqlite() -> bool:
     return op.get_bind().dialect.name == "sqlite"
 
@@ -80,7 +90,12 @@ def _alter_contexts(change: str) -> None:
         op.execute(BACKFILL_FROM_TURNS)
         op.execute(BACKFILL_NOTES)
         with op.batch_alter_table("contexts", recreate="always" if sqlite else "auto") as batch:
-            batch.alter_column("created_at", existing_type=sa.Double(), nullable=False)
+            batch.alter_column(
+                "created_at",
+                existing_type=sa.Double(),
+                nullable=False,
+                server_default=sa.text(EPOCH_NOW[op.get_bind().dialect.name]),
+            )
     else:
         with op.batch_alter_table("contexts", recreate="always" if sqlite else "auto") as batch:
             batch.drop_column("created_at")

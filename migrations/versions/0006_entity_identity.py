@@ -48,7 +48,7 @@ FROZEN_PACKAGE = "zerda_store_frozen_migrations"
 # Where `zerda-store db upgrade` collects what the upgrade did (config.attributes).
 REPORT = "upgrade_report"
 # Set by `zerda-store db upgrade --assume-normalized`: sessions that nothing tells apart
-# were written with normalize_names=True (re-keyed, not kept exact).
+# that were written with normalize_names=True (True: all), re-keyed rather than kept exact.
 ASSUME_NORMALIZED = "assume_normalized"
 
 ENTITY_OVERVIEW = """
@@ -101,7 +101,11 @@ def _alter_entities(change: str) -> None:
         op.add_column("entities", sa.Column("core_key", sa.Text(), nullable=True))
         _rekey_sessions()
         with op.batch_alter_table("entities", recreate=recreate) as batch:
-            batch.alter_column("core_key", existing_type=sa.Text(), nullable=False)
+            # Empty for the entities the previous release saves while both releases run;
+            # `zerda-store db rekey` gives them their keys and cores.
+            batch.alter_column(
+                "core_key", existing_type=sa.Text(), nullable=False, server_default=""
+            )
             batch.create_index("ix_entities_session_id_core_key", ["session_id", "core_key"])
     else:
         with op.batch_alter_table("entities", recreate=recreate) as batch:
@@ -179,7 +183,7 @@ def _frozen(module: str) -> Any:
 def _rekey_sessions() -> None:
     attributes = op.get_context().config.attributes
     outcomes = _frozen("rekeying").rekey_sessions(
-        op.get_bind(), time.time(), assume_normalized=bool(attributes.get(ASSUME_NORMALIZED))
+        op.get_bind(), time.time(), assume_normalized=attributes.get(ASSUME_NORMALIZED, False)
     )
     for outcome in outcomes:
         for entry in outcome.merges:

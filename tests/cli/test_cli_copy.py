@@ -101,20 +101,35 @@ def test_copy_of_a_missing_session_fails_in_one_line(sqlite_source, tmp_path):
     assert not (tmp_path / "target.db").exists()
 
 
+def test_copy_into_an_empty_database_creates_the_schema_there(empty_database_url, tmp_path):
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    populate(url_maker(source))
+
+    result = succeeded(copy(source, empty_database_url))
+
+    assert result.stdout.strip().startswith("copied 3 sessions")
+    assert_same_sessions(source, empty_database_url)
+    revision = succeeded(invoke(empty_database_url, "db", "current")).stdout
+    assert "(head)" in revision
+
+
 @pytest.mark.postgres
-def test_copy_into_a_postgres_database_without_the_schema_says_what_to_run(
+def test_copy_into_another_applications_postgres_database_names_the_target_to_upgrade(
     sqlite_source, postgres_admin
 ):
     target, drop = _new_postgres_database(postgres_admin)
+    engine = sa.create_engine(target)
     try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("CREATE TABLE invoices (id integer)")
         line = one_line_error(copy(sqlite_source, target))
-        assert "zerda-store db upgrade" in line
-        engine = sa.create_engine(target)
-        try:
-            assert sa.inspect(engine).get_table_names() == []
-        finally:
-            engine.dispose()
+        shown = sa.make_url(target).render_as_string(hide_password=True)
+        assert f"--database-url {shown}" in line.replace("'", "")
+        assert "db upgrade" in line
+        assert sqlite_source not in line
+        assert sa.inspect(engine).get_table_names() == ["invoices"]
     finally:
+        engine.dispose()
         drop()
 
 

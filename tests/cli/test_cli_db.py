@@ -71,7 +71,7 @@ def test_db_commands_on_an_empty_database(empty_database_url):
     assert succeeded(invoke(url, "db", "current")).stdout.strip() == f"{HEAD} (head)"
     assert "schema matches the code" in succeeded(invoke(url, "db", "check")).stdout
 
-    downgraded = succeeded(invoke(url, "db", "downgrade", "base"))
+    downgraded = succeeded(invoke(url, "db", "downgrade", "base", "--yes"))
     assert downgraded.stdout.strip().splitlines()[-1] == "database at revision base"
     # only an empty alembic_version is left: nothing of zerda_store's
     assert "is empty" in one_line_error(invoke(url, "db", "current"))
@@ -86,7 +86,7 @@ def test_db_commands_on_an_empty_database(empty_database_url):
 
     # unknown revisions are one-line errors that change nothing
     assert "9999" in one_line_error(invoke(url, "db", "upgrade", "9999"))
-    assert "nonsense" in one_line_error(invoke(url, "db", "downgrade", "nonsense"))
+    assert "nonsense" in one_line_error(invoke(url, "db", "downgrade", "nonsense", "--yes"))
     assert succeeded(invoke(url, "db", "current")).stdout.strip() == f"{HEAD} (head)"
 
     # check notices tables that differ from the code
@@ -108,7 +108,7 @@ def test_upgrade_and_downgrade_one_revision_at_a_time(empty_database_url):
         expected = "(head)" if revision == HEAD else f"(head is {HEAD})"
         assert succeeded(invoke(url, "db", "current")).stdout.strip() == f"{revision} {expected}"
     for revision in revisions()[-2::-1]:
-        succeeded(invoke(url, "db", "downgrade", revision))
+        succeeded(invoke(url, "db", "downgrade", revision, "--yes"))
         assert succeeded(invoke(url, "db", "current")).stdout.strip().split()[0] == revision
 
 
@@ -121,7 +121,7 @@ def test_downgrade_needs_a_revision(sqlite_url):
 @pytest.mark.postgres
 def test_a_postgres_database_behind_head_is_refused_with_the_command_to_run(postgres_url):
     previous = revisions()[-2]
-    succeeded(invoke(postgres_url, "db", "downgrade", previous))
+    succeeded(invoke(postgres_url, "db", "downgrade", previous, "--yes"))
 
     for command in (
         ["sessions"],
@@ -133,7 +133,7 @@ def test_a_postgres_database_behind_head_is_refused_with_the_command_to_run(post
         ["export", "--session", "acme", "-o", "-"],
     ):
         line = one_line_error(invoke(postgres_url, *command))
-        assert "zerda-store db upgrade" in line, command
+        assert "zerda-store --database-url " in line and "db upgrade`" in line, command
         assert previous in line
 
     # refusing did not upgrade it behind the operator's back
@@ -150,7 +150,7 @@ def test_a_sqlite_file_behind_head_is_read_as_is_by_no_command_and_upgrades_on_f
     first = revisions()[0]
     succeeded(invoke(sqlite_url, "db", "upgrade", first))
     line = one_line_error(invoke(sqlite_url, "sessions", "--json"))
-    assert "zerda-store db upgrade" in line
+    assert "zerda-store --database-url " in line and "db upgrade`" in line
     assert first in line
     assert succeeded(invoke(sqlite_url, "db", "current")).stdout.strip() == (
         f"{first} (head is {HEAD})"

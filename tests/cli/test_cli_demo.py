@@ -1,5 +1,6 @@
 """`demo` twice on the default SQLite file in the working folder: the second run finds what
-the first one stored."""
+the first one stored, and its deliveries of the same turns (same idempotency keys) store
+nothing twice."""
 
 from __future__ import annotations
 
@@ -31,10 +32,23 @@ def test_demo_twice_the_memory_survives(tmp_path: Path, monkeypatch):
     second = succeeded(invoke(None, "demo")).stdout
     assert "already holds 3 turns from earlier runs: it survived." in second.splitlines()[0]
     assert "A new, empty memory." not in second
-    assert summary(second) == (5, 6, 12)
+    assert second.count("already stored by an earlier run") == 3
+    assert summary(second) == (5, 3, 6)
 
     stats = json_of(invoke(None, "stats", "--session", "demo", "--json"))
-    assert (stats["entity_count"], stats["message_count"], stats["total_contexts"]) == (5, 6, 12)
+    assert (stats["entity_count"], stats["message_count"], stats["total_contexts"]) == (5, 3, 6)
+
+
+def test_demo_second_run_recalls_each_snippet_once(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    succeeded(invoke(None, "demo"))
+
+    second = succeeded(invoke(None, "demo")).stdout
+
+    procurement = "Sarah Chen is our new head of procurement."
+    recalled = second.split("user asks: What did Sarah Chen ask for?")[1]
+    assert recalled.count(procurement) == 1
+    assert "remembered:" not in second
 
 
 def test_demo_on_the_database_of_the_url(database_url):
@@ -43,3 +57,11 @@ def test_demo_on_the_database_of_the_url(database_url):
     assert [r["session_id"] for r in json_of(invoke(database_url, "sessions", "--json"))] == [
         "demo"
     ]
+
+
+def test_demo_on_an_empty_database_creates_the_schema(empty_database_url):
+    out = succeeded(invoke(empty_database_url, "demo")).stdout
+
+    assert out.startswith("A new, empty memory.")
+    assert summary(out) == (5, 3, 6)
+    assert "(head)" in succeeded(invoke(empty_database_url, "db", "current")).stdout

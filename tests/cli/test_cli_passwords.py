@@ -114,7 +114,7 @@ def test_an_unusable_url(form: Form, given: str) -> None:
 def test_a_schema_behind(form: Form, given: str, empty_secret_database: RoleDatabase) -> None:
     line = error_line(run(empty_secret_database.url(), given, "sessions"), form)
     assert f"{masked(empty_secret_database)} is not a zerda_store database (it is empty)" in line
-    assert "zerda-store db upgrade" in line
+    assert "zerda-store --database-url " in line and "db upgrade`" in line
 
 
 @pytest.fixture
@@ -190,11 +190,12 @@ def test_copy_with_a_wrong_password(
 
 
 @pytest.mark.postgres
-def test_copy_to_a_database_without_the_schema(
+def test_copy_to_a_database_without_the_schema_creates_it_without_showing_the_password(
     form: Form, source: str, empty_secret_database: RoleDatabase
 ) -> None:
-    line = error_line(copy_to(source, empty_secret_database.url()), form)
-    assert f"{masked(empty_secret_database)} is not a zerda_store database (it is empty)" in line
+    result = succeeded(copy_to(source, empty_secret_database.url()))
+    assert "copied 3 sessions" in result.stdout
+    assert form.password not in result.output
 
 
 def test_copy_to_an_unusable_url(form: Form, source: str) -> None:

@@ -95,7 +95,7 @@ def test_reading_commands_on_an_empty_database_say_it_is_empty(empty_database_ur
     for command in reading_commands(tmp_path):
         line = one_line_error(invoke(url, *command))
         assert "is not a zerda_store database (it is empty)" in line, command
-        assert "zerda-store db upgrade" in line
+        assert "zerda-store --database-url " in line and "db upgrade`" in line
     assert table_names(url) == []
     if url.startswith("sqlite"):
         assert sqlite_path(url).stat().st_size == 0
@@ -111,7 +111,7 @@ def test_a_mistyped_sqlite_path_is_one_line_and_creates_nothing(tmp_path):
 
 def test_reading_commands_do_not_migrate_an_old_zerda_store_database(database_url, tmp_path):
     url = database_url
-    succeeded(invoke(url, "db", "downgrade", "0003"))
+    succeeded(invoke(url, "db", "downgrade", "0003", "--yes"))
     for command in reading_commands(tmp_path):
         if command[:2] == ["db", "current"]:
             assert succeeded(invoke(url, *command)).stdout.startswith("0003 (head is ")
@@ -120,7 +120,9 @@ def test_reading_commands_do_not_migrate_an_old_zerda_store_database(database_ur
             assert "not up to date" in one_line_error(invoke(url, *command))
             continue
         line = one_line_error(invoke(url, *command))
-        assert "0003" in line and "zerda-store db upgrade" in line, command
+        assert "0003" in line and "zerda-store --database-url " in line and "db upgrade`" in line, (
+            command
+        )
     assert succeeded(invoke(url, "db", "current")).stdout.startswith("0003 (head is ")
 
 

@@ -17,8 +17,8 @@ def test_a_session_policy_is_set_shown_and_cleared(populated):
     assert (shown["keep_last"], shown["effective"]["source"]) == (1, "session")
     assert (default["keep_last"], default["max_age"]) == (5, 90 * 86400.0)
     assert (
-        "rules deleted"
-        in succeeded(invoke(populated, "retention", "clear", "--session", "acme")).stdout
+        succeeded(invoke(populated, "retention", "clear", "--session", "acme")).stdout
+        == "1 rule deleted\n"
     )
     shown = json_of(invoke(populated, "retention", "show", "--session", "acme", "--json"))
     assert shown["effective"]["source"] == "default"
@@ -45,4 +45,74 @@ def test_retention_needs_exactly_one_scope_and_a_valid_duration(populated):
     error = one_line_error(invoke(populated, "retention", "set", "--default"))
     assert "needs keep_last" in error
     bad = invoke(populated, "retention", "set", "--default", "--max-age", "soon")
-    assert bad.exit_code != 0 and "positive duration" in bad.output
+    assert bad.exit_code != 0 and "is not a duration" in bad.output
+
+
+def test_a_duration_without_a_unit_is_refused_with_the_accepted_forms(populated):
+    for bare in ("3", "90", "1.5h", "0d", "-1d"):
+        refused = invoke(populated, "retention", "set", "--default", "--max-age", bare)
+        assert refused.exit_code == 2, bare
+        assert "45s, 30m, 12h or 90d" in refused.output, bare
+    assert json_of(invoke(populated, "retention", "show", "--default", "--json"))["max_age"] is None
+
+
+def test_durations_are_shown_as_written(populated):
+    succeeded(
+        invoke(
+            populated, "retention", "set", "--default", "--max-age", "90d", "--session-idle", "36h"
+        )
+    )
+    succeeded(invoke(populated, "retention", "set", "--session", "acme", "--max-age", "45s"))
+
+    default = succeeded(invoke(populated, "retention", "show", "--default")).stdout
+    acme = succeeded(invoke(populated, "retention", "show", "--session", "acme")).stdout
+
+    assert "max_age=90d, session_idle=36h" in default
+    assert "7776000" not in default
+    assert "max_age=45s" in acme
+    shown = json_of(invoke(populated, "retention", "show", "--default", "--json"))
+    assert (shown["max_age"], shown["session_idle"]) == (90 * 86400.0, 36 * 3600.0)
+
+
+def test_setting_one_field_keeps_the_others_unless_replace(populated):
+    succeeded(invoke(populated, "retention", "set", "--session", "acme", "--keep-last", "3"))
+
+    merged = json_of(
+        invoke(populated, "retention", "set", "--session", "acme", "--max-age", "30m", "--json")
+    )
+    replaced = json_of(
+        invoke(
+            populated,
+            "retention",
+            "set",
+            "--session",
+            "acme",
+            "--max-age",
+            "12h",
+            "--replace",
+            "--json",
+        )
+    )
+
+    assert merged == {
+        "scope": "acme",
+        "entity_type": None,
+        "keep_last": 3,
+        "max_age": 1800.0,
+        "session_idle": None,
+    }
+    assert (replaced["keep_last"], replaced["max_age"]) == (None, 43200.0)
+    shown = json_of(invoke(populated, "retention", "show", "--session", "acme", "--json"))
+    assert (shown["keep_last"], shown["max_age"]) == (None, 43200.0)
+
+
+def test_retention_set_and_clear_print_a_receipt(populated):
+    said = succeeded(
+        invoke(populated, "retention", "set", "--session", "acme", "--keep-last", "2")
+    ).stdout
+    cleared = json_of(invoke(populated, "retention", "clear", "--session", "acme", "--json"))
+    again = succeeded(invoke(populated, "retention", "clear", "--session", "acme")).stdout
+
+    assert said.strip() == "retention set for acme: keep_last=2, max_age=-, session_idle=-"
+    assert cleared == {"scope": "acme", "entity_type": None, "deleted": 1}
+    assert again.strip() == "0 rules deleted"

@@ -138,6 +138,18 @@ def test_round_trip_between_sqlite_and_postgres(sqlite_url, postgres_url, tmp_pa
     )
 
 
+def test_import_into_an_empty_database_creates_the_schema(
+    shared_populated, empty_database_url, tmp_path
+):
+    path = tmp_path / "globex.jsonl"
+    export_file(shared_populated, "globex", path)
+
+    succeeded(import_file(empty_database_url, path, "globex"))
+
+    assert_same_session(shared_populated, "globex", empty_database_url, "globex")
+    assert "(head)" in succeeded(invoke(empty_database_url, "db", "current")).stdout
+
+
 # -- merging ----------------------------------------------------------------------------------
 
 

@@ -988,8 +988,13 @@ def test_an_unopenable_sqlite_file_fails_with_a_clear_error(tmp_path):
     "empty_database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
 )
 def test_an_unmigrated_postgres_database_is_refused_with_the_upgrade_command(empty_database_url):
-    with pytest.raises(SchemaNotCurrentError, match="zerda-store db upgrade"):
+    with pytest.raises(SchemaNotCurrentError) as refused:
         ConversationEntityMemory(database_url=empty_database_url)
+
+    shown = sa.make_url(empty_database_url).set(drivername="postgresql+psycopg")
+    command = f"zerda-store --database-url {shown.render_as_string()} db upgrade"
+    assert f"`{command}`" in str(refused.value)
+    assert "auto_migrate=True" in str(refused.value)
 
     engine = sa.create_engine(empty_database_url)
     try:
@@ -1028,8 +1033,23 @@ def test_sqlite_migrates_itself_on_first_use(sqlite_url):
 
 
 def test_sqlite_with_auto_migrate_off_is_refused_with_the_upgrade_command(sqlite_url):
-    with pytest.raises(SchemaNotCurrentError, match="zerda-store db upgrade"):
+    with pytest.raises(SchemaNotCurrentError) as refused:
         ConversationEntityMemory(database_url=sqlite_url, auto_migrate=False)
+
+    assert f"`zerda-store --database-url {sqlite_url} db upgrade`" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "empty_database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_auto_migrate_creates_the_schema_on_an_empty_postgres_database(empty_database_url):
+    with ConversationEntityMemory(
+        KeywordLLM(["Sarah"]), database_url=empty_database_url, auto_migrate=True
+    ) as memory:
+        memory.save_context({"input": "Sarah called."}, {"output": "Noted."})
+
+    with ConversationEntityMemory(database_url=empty_database_url) as again:
+        assert again.list_entities() == ["Sarah"]
 
 
 def test_forgetting_with_turns_removes_entities_known_only_from_those_turns(make_memory):

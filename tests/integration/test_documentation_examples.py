@@ -1,5 +1,6 @@
 """The examples of the original class's documentation, unchanged apart from the import and
-a database URL, print what the original prints (with this project's recall header).
+a database URL, print what the original prints (with this project's recall header); and
+every Python block of the README and docs/*.md runs as written (see markdown_blocks.py).
 
 Example 5 is commented out in the documentation, so the original prints nothing for it; its
 two lines run here in a process without any stanza model."""
@@ -13,7 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from zerda_store import ConversationEntityMemory
+import pytest
+
+from tests.integration.markdown_blocks import python_blocks, run_block
+from zerda_store import ConversationEntityMemory, Store, migrate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,3 +137,81 @@ def test_example_5_without_a_stanza_model_keeps_the_turn_and_counts_the_error(sq
     assert printed["stats"]["extraction_errors"] == 1
     assert "stanza model" in printed["stats"]["last_extraction_error"]
     assert "stanza model" in completed.stderr
+
+
+# -- every Python block of the README and docs/*.md ---------------------------------------
+
+BLOCKS = python_blocks()
+RUNNABLE = [b for b in BLOCKS if b.reason_not_runnable is None]
+ON_THE_DEFAULT_FILE = [b for b in RUNNABLE if not b.uses_a_url]
+WITH_A_URL = [b for b in RUNNABLE if b.uses_a_url]
+SERVICE = "app = FastAPI(lifespan=lifespan)"
+
+# Drives the README's FastAPI app, appended to its block: a turn, the same message again (a
+# retry whose response was lost), then a question about what the first turn stored.
+SERVICE_CLIENT = """
+import json
+from fastapi.testclient import TestClient
+with TestClient(app) as client:
+    turn = {"customer_id": "c-1", "message_id": "m-1", "text": "Sarah joined Acme Corp."}
+    first = client.post("/chat", json=turn).json()
+    again = client.post("/chat", json=turn).json()
+    asked = {"customer_id": "c-1", "message_id": "m-2", "text": "What about Sarah?"}
+    answer = client.post("/chat", json=asked).json()["answer"]
+with Store(os.environ["ZERDA_STORE_DATABASE_URL"]) as check:
+    stored = ConversationEntityMemory(store=check, session_id="c-1").get_memory_stats()
+print(json.dumps({"first": first, "again": again, "answer": answer, "turns": stored["message_count"]}))
+"""
+
+
+def test_every_block_that_cannot_run_alone_says_why():
+    marked = [b for b in BLOCKS if b.reason_not_runnable is not None]
+
+    assert BLOCKS, "no Python blocks found in the README"
+    for block in marked:
+        assert len(block.reason_not_runnable or "") > 10, f"{block}: give the reason"
+    assert any(SERVICE in b.code for b in RUNNABLE), "the service example is not run"
+
+
+def assert_ran_as_documented(block, result) -> None:
+    assert result.returncode == 0, f"{block}:\n{result.stderr}"
+    for expected in block.expected_output():
+        assert expected in result.stdout, f"{block} should print {expected!r}:\n{result.stdout}"
+
+
+@pytest.mark.parametrize("block", ON_THE_DEFAULT_FILE, ids=str)
+def test_a_block_without_a_url_runs_as_written_on_the_default_file(block, tmp_path):
+    result = run_block(block.code, tmp_path, None)
+
+    assert_ran_as_documented(block, result)
+    if "ConversationEntityMemory(" in block.code:  # it stored something, in the default file
+        assert (tmp_path / "zerda_store.db").is_file()
+
+
+@pytest.mark.parametrize("block", WITH_A_URL, ids=str)
+def test_a_block_with_a_url_runs_as_written_on_each_backend(block, empty_database_url, tmp_path):
+    if not block.creates_the_schema:  # as the README says: `zerda-store db upgrade` first
+        with Store(empty_database_url) as store:
+            migrate.upgrade(store)
+    code = block.code + (SERVICE_CLIENT if SERVICE in block.code else "")
+
+    result = run_block(code, tmp_path, empty_database_url)
+
+    assert_ran_as_documented(block, result)
+    assert not (tmp_path / "zerda_store.db").exists() or empty_database_url.startswith("sqlite")
+    if SERVICE in block.code:
+        printed = json.loads(result.stdout.splitlines()[-1])
+        assert printed["first"]["answer"] == "Noted. Known so far: nothing"
+        assert "Previous information about Sarah:" in printed["answer"]
+        assert printed["turns"] == 2  # the retried message was stored once
+
+
+def test_the_readme_quick_start_runs_what_ci_runs():
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    ci_commands = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+
+    assert "scripts/test" in ci_commands
+    for command in ("scripts/demo", "scripts/test"):
+        assert f"\n{command} " in quick_start
+        assert os.access(REPO_ROOT / command, os.X_OK), command

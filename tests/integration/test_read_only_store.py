@@ -130,7 +130,9 @@ def test_a_read_only_store_never_migrates_an_older_schema(database_url):
     with Store(database_url) as store:
         migrate.downgrade(store, "0003")
     with Store(database_url, read_only=True) as store:
-        with pytest.raises(SchemaNotCurrentError, match=r"0003.*zerda-store db upgrade"):
+        with pytest.raises(
+            SchemaNotCurrentError, match=r"0003.*zerda-store --database-url .* db upgrade"
+        ):
             ConversationEntityMemory(store=store, auto_migrate=True)
         assert migrate.current_revision(store) == "0003"
 

@@ -49,12 +49,15 @@ def test_an_unsure_session_is_rekeyed_when_the_operator_says_it_was_normalised(
     store: Store,
 ) -> None:
     save_turns(store, "s", [["muller"], ["müller"]])
+    save_turns(store, "other", [["muller"], ["müller"]], exact=True)
 
-    report = migrate.upgrade(store, assume_normalized=True)
+    report = migrate.upgrade(store, assume_normalized={"s"})
 
     assert rows(store, KEYS, session="s") == [("muller", "muller")]
     assert rows(store, SESSION_RULES, session="s") == [("fold-v2",)]
-    assert report[0]["merges"] == [{"merge_id": 1, "kept": "muller", "merged": "müller"}]
+    assert report[1]["merges"] == [{"merge_id": 1, "kept": "muller", "merged": "müller"}]
+    assert rows(store, KEYS, session="other") == [("muller", "muller"), ("müller", "müller")]
+    assert rows(store, SESSION_RULES, session="other") == [("exact",)]
 
 
 def test_a_turn_naming_a_form_no_entity_is_keyed_by_proves_fold_v1(store: Store) -> None:

@@ -163,7 +163,7 @@ def test_a_schema_behind_names_the_database_without_the_password(
     assert f"{masked(empty_secret_database)} is not a zerda_store database (it is empty)" in str(
         raised.value
     )
-    assert "zerda-store db upgrade" in str(raised.value)
+    assert "zerda-store --database-url " in str(raised.value) and "db upgrade`" in str(raised.value)
     assert_nothing_shown(raised.value, logs, form)
 
 

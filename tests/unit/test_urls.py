@@ -3,6 +3,7 @@ the query, "@" in the database or the query; and how they are shown (no database
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
@@ -107,3 +108,18 @@ def test_a_driver_message_is_shown_without_any_form_of_a_secret(written: str) ->
         shown = store.describe(RuntimeError("driver said: " + " | ".join(forms) + "\nmore"))
         assert shown == "driver said: " + " | ".join(["***"] * len(forms))
         assert not any(form in repr(store) for form in forms)
+
+
+def test_a_postgres_url_without_psycopg_names_the_extra_to_install(monkeypatch):
+    for module in [m for m in sys.modules if m == "psycopg" or m.startswith("psycopg.")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
+
+    with pytest.raises(StoreError) as refused:
+        Store("postgresql://app:secret@db.example/crm")
+
+    message = str(refused.value)
+    assert "psycopg" in message
+    assert "pip install '.[postgres]' in a checkout" in message
+    assert "py3-none-any.whl[postgres]'" in message  # the wheel's form too
+    assert "secret" not in message

@@ -145,11 +145,12 @@ class Context:
         return memory
 
     def repository(self) -> AdminRepository:
-        """The operators' queries on a database that may be created or migrated first."""
+        """The operators' queries on a database that may be created (on any backend) or
+        migrated (on SQLite) first."""
         from ..admin import AdminRepository
         from ..db import migrate
 
-        migrate.ensure_schema(self.store, auto_migrate=None)
+        migrate.prepare_for_new_data(self.store)
         return AdminRepository(self.store)
 
     def close(self) -> None:
@@ -202,6 +203,14 @@ def progress(items: Iterable[T], desc: str, unit: str) -> Iterable[T]:
     from tqdm import tqdm
 
     return tqdm(items, desc=desc, unit=unit, disable=None, file=sys.stderr)  # type: ignore[no-any-return]
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 entity``, ``2 entities``, ``0 turns``: a count with its noun agreeing."""
+    if count == 1:
+        return f"1 {noun}"
+    many = f"{noun[:-1]}ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else f"{noun}s"
+    return f"{count} {many}"
 
 
 def when(timestamp: float | None) -> str:

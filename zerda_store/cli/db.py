@@ -1,16 +1,19 @@
-"""``db distribute``, thin over :mod:`distribution`, and what ``db upgrade`` says about the
-data it changed (both registered on the ``db`` group by :mod:`cli`)."""
+"""``db distribute``, thin over :mod:`distribution`; ``db rekey``, thin over
+:mod:`identity.rekeying`; and what ``db upgrade`` and ``db rekey`` say about the data they
+changed (registered on the ``db`` group by :mod:`cli.main`)."""
 
 from __future__ import annotations
 
 import json
 import shlex
+import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import click
 
-from .common import Context, print_text
+from .common import Context, json_option, print_text
 
 
 @click.command("distribute")
@@ -39,16 +42,17 @@ def undo_command(merge_id: int, session_id: str) -> str:
     return f"zerda-store unmerge {merge_id} --session {shlex.quote(session_id)}"
 
 
-def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_json: bool) -> None:
-    """What ``db upgrade`` did: per session, the merges made with the command undoing each,
-    and the sessions kept exact for want of evidence; then the revision reached."""
+def print_rekeyed(report: Sequence[dict[str, Any]], as_json: bool, **extra: Any) -> None:
+    """What ``db upgrade`` or ``db rekey`` did: per session, the merges made with the command
+    undoing each, and the sessions kept exact for want of evidence. ``extra``: more fields
+    of the JSON answer (``revision``)."""
     sessions = [
         {**entry, "merges": [{**m, "undo": undo_command(m["merge_id"], entry["session_id"])}
                              for m in entry["merges"]]}
         for entry in report
     ]  # fmt: skip
     if as_json:
-        click.echo(json.dumps({"revision": revision, "sessions": sessions}, ensure_ascii=False))
+        click.echo(json.dumps({**extra, "sessions": sessions}, ensure_ascii=False))
         return
     for entry in sessions:
         for merged in entry["merges"]:
@@ -62,7 +66,7 @@ def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_jso
                 f"session {entry['session_id']!r}: kept its keys as written (exact), as "
                 "nothing it recorded shows normalize_names=True; if its application uses "
                 "normalize_names=True: `zerda-store db downgrade 0005`, then "
-                "`zerda-store db upgrade --assume-normalized`"
+                f"`zerda-store db upgrade --assume-normalized {shlex.quote(entry['session_id'])}`"
             )
     rekeyed = sum(1 for entry in sessions if entry["key_rules"] != "exact")
     merges = sum(len(entry["merges"]) for entry in sessions)
@@ -71,4 +75,37 @@ def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_jso
             f"{len(sessions)} sessions recorded: {rekeyed} re-keyed, {merges} merges "
             f"(`zerda-store merges --session S` lists them)"
         )
-    click.echo(f"database at revision {revision}")
+
+
+def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_json: bool) -> None:
+    """What ``db upgrade`` did (:func:`print_rekeyed`), then the revision reached."""
+    print_rekeyed(report, as_json, revision=revision)
+    if not as_json:
+        click.echo(f"database at revision {revision}")
+
+
+@click.command("rekey")
+@click.option(
+    "--assume-normalized",
+    "normalized",
+    multiple=True,
+    metavar="SESSION",
+    help="A session the previous release began, whose keys do not show how it was keyed, "
+    "was written with normalize_names=True (default: exact). Repeatable.",
+)
+@json_option
+@click.pass_obj
+def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
+    """Re-key what servers of the previous release saved since `db upgrade` (run once the
+    last of them has stopped): session by session, short transactions; run again after an
+    interruption. Prints each merge with the command that undoes it."""
+    from ..db import migrate
+    from ..identity.rekeying import Rekeying
+
+    store = obj.changing_store()
+    migrate.require_store_database(store)
+    rekeying = Rekeying(store, assume_normalized=set(normalized))
+    report = [asdict(done) for done in rekeying.run(time.time)]
+    print_rekeyed(report, as_json)
+    if not as_json:
+        click.echo(f"{len(report)} sessions re-keyed")

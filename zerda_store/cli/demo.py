@@ -2,7 +2,8 @@
 
 The stand-in LLM answers the extraction prompt by spotting a fixed list of names, so the
 demo runs offline and costs nothing. Run it twice: the second run starts from what the
-first one stored.
+first one stored, and delivers the same turns again with the same idempotency keys, so
+nothing is stored twice and the recall shows what survived.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ class NameSpottingLLM:
 
 
 def run_demo(store: Store, echo: Callable[[str], None] = print) -> None:
-    """Run the demo conversation on ``store`` (its schema created or upgraded if needed)."""
+    """Run the demo conversation on ``store``, which holds zerda_store's schema (a SQLite
+    file is created or upgraded here; the ``demo`` command creates the schema in an empty
+    database of any backend first)."""
     with ConversationEntityMemory(
         NameSpottingLLM(), store=store, session_id=DEMO_SESSION
     ) as memory:
@@ -50,10 +53,17 @@ def run_demo(store: Store, echo: Callable[[str], None] = print) -> None:
         else:
             echo("A new, empty memory.")
         echo(f"Database: {memory.store}\n")
-        for user, assistant in TURNS:
-            memory.save_context({"input": user}, {"output": assistant})
+        for number, (user, assistant) in enumerate(TURNS, 1):
+            stored = len(memory.chat_memory)
+            # A key per scripted turn: a later run delivers the same turns again, and the
+            # memory stores each once, as it would a retried delivery.
+            key = f"demo-turn-{number}"
+            memory.save_context({"input": user}, {"output": assistant}, idempotency_key=key)
             echo(f"user:      {user}\nassistant: {assistant}")
-            echo(f"  -> remembered: {', '.join(memory.chat_memory[-1]['entities'])}\n")
+            if len(memory.chat_memory) > stored:
+                echo(f"  -> remembered: {', '.join(memory.chat_memory[-1]['entities'])}\n")
+            else:
+                echo(f"  -> already stored by an earlier run (idempotency key {key!r})\n")
         for question in QUESTIONS:
             recalled = memory.load_memory_variables({"input": question})["entity_info"]
             echo(f"user asks: {question}\nthe memory recalls:\n{recalled}\n")

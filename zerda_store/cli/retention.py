@@ -8,23 +8,37 @@ from typing import Any
 
 import click
 
-from .common import Context, json_option, print_text
+from .common import Context, json_option, plural, print_text
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# The units a duration is written in on the command line, largest first.
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_FORMS = "a whole number with a unit: 45s, 30m, 12h or 90d"
 
 
 class Duration(click.ParamType[float, Any]):
-    """A duration: a number of seconds, or a number with s, m, h, d or w (``90d``)."""
+    """A duration with its unit (``45s``, ``30m``, ``12h``, ``90d``), as seconds. A bare
+    number is refused: ``--max-age 3`` meaning three seconds surprised operators."""
 
     name = "duration"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
         if isinstance(value, float):
             return value
-        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(value))
-        if found is None or float(found.group(1)) <= 0:
-            self.fail(f"{value!r} is not a positive duration (e.g. 3600, 12h, 90d)", param, ctx)
-        return float(found.group(1)) * _UNITS.get(found.group(2) or "s", 1)
+        found = re.fullmatch(r"\s*(\d+)\s*([dhms])\s*", str(value))
+        if found is None or int(found.group(1)) == 0:
+            self.fail(f"{value!r} is not a duration: give {_FORMS}", param, ctx)
+        return float(int(found.group(1)) * _UNITS[found.group(2)])
+
+
+def written(seconds: float | None) -> str:
+    """A duration as an operator writes it: the largest unit that divides it (``90d``,
+    ``36h``), or ``-`` for none."""
+    if seconds is None:
+        return "-"
+    for unit, size in _UNITS.items():
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 scope_options = [
@@ -53,9 +67,18 @@ def retention() -> None:
 @retention.command("set")
 @_with_scope
 @click.option("--keep-last", type=click.IntRange(min=1), help="Snippets kept per entity.")
-@click.option("--max-age", type=Duration(), help="Drop snippets and turns older (e.g. 90d).")
-@click.option("--session-idle", type=Duration(), help="Expire a session idle this long.")
+@click.option(
+    "--max-age", type=Duration(), help=f"Drop snippets and turns older than this ({_FORMS})."
+)
+@click.option("--session-idle", type=Duration(), help="Expire a session idle this long (90d).")
 @click.option("--entity-type", help="Apply to entities of this type only.")
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Replace the stored rule whole (fields not given are unset). Without it, the "
+    "fields not given keep their stored values.",
+)
+@json_option
 @click.pass_obj
 def retention_set(
     obj: Context,
@@ -65,11 +88,24 @@ def retention_set(
     max_age: float | None,
     session_idle: float | None,
     entity_type: str | None,
+    replace: bool,
+    as_json: bool,
 ) -> None:
-    """Set (replace) the rule of a session or of the default."""
+    """Set the rule of a session or of the default: the fields given change, the others
+    keep their stored values (unless --replace)."""
     scope = _scope(session_id, default)
-    obj.repository().set_retention(scope, keep_last, max_age, session_idle, entity_type=entity_type)
-    click.echo(f"retention set for {'the default' if scope is None else repr(scope)}")
+    stored = obj.repository().set_retention(
+        scope, keep_last, max_age, session_idle, entity_type=entity_type, merge=not replace
+    )
+    receipt = {"scope": _scope_name(scope), "entity_type": entity_type, **stored}
+    if as_json:
+        click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
+        return
+    print_text(_rule_line(f"retention set for {receipt['scope']}", stored, entity_type).strip())
+
+
+def _scope_name(scope: str | None) -> str:
+    return "default" if scope is None else scope
 
 
 @retention.command("show")
@@ -90,21 +126,30 @@ def retention_show(obj: Context, session_id: str | None, default: bool, as_json:
         print_text(f"in effect: {shown['effective']['source'] or 'no policy'}")
 
 
-def _rule_line(label: str, rule: dict[str, Any]) -> str:
-    fields = ("keep_last", "max_age", "session_idle")
-    return f"  {label}: " + ", ".join(f"{field}={rule[field]}" for field in fields)
+def _rule_line(label: str, rule: dict[str, Any], entity_type: str | None = None) -> str:
+    kind = f" (type {entity_type})" if entity_type else ""
+    return (
+        f"  {label}{kind}: keep_last={rule['keep_last'] or '-'}, "
+        f"max_age={written(rule['max_age'])}, session_idle={written(rule['session_idle'])}"
+    )
 
 
 @retention.command("clear")
 @_with_scope
 @click.option("--entity-type", help="Clear only this entity type's rule.")
+@json_option
 @click.pass_obj
 def retention_clear(
-    obj: Context, session_id: str | None, default: bool, entity_type: str | None
+    obj: Context, session_id: str | None, default: bool, entity_type: str | None, as_json: bool
 ) -> None:
     """Delete the rules of a session or of the default."""
-    deleted = obj.repository().clear_retention(_scope(session_id, default), entity_type=entity_type)
-    click.echo(f"{deleted} rules deleted")
+    scope = _scope(session_id, default)
+    deleted = obj.repository().clear_retention(scope, entity_type=entity_type)
+    if as_json:
+        receipt = {"scope": _scope_name(scope), "entity_type": entity_type, "deleted": deleted}
+        click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
+        return
+    click.echo(f"{plural(deleted, 'rule')} deleted")
 
 
 @click.command()
@@ -120,6 +165,6 @@ def prune(obj: Context, session_id: str | None, dry_run: bool, as_json: bool) ->
         return
     verb = "would delete" if dry_run else "deleted"
     click.echo(
-        f"{verb}: {receipt['sessions']} sessions, {receipt['turns']} turns, "
-        f"{receipt['snippets']} snippets, {receipt['entities']} entities"
+        f"{verb}: {plural(receipt['sessions'], 'session')}, {plural(receipt['turns'], 'turn')}, "
+        f"{plural(receipt['snippets'], 'snippet')}, {plural(receipt['entities'], 'entity')}"
     )

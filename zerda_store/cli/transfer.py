@@ -109,7 +109,7 @@ def copy(obj: Context, destination: str, session_id: str | None) -> None:
     if session_id:
         require_session(obj, session_id)
     with obj.open_store(destination) as target_store:
-        migrate.ensure_schema(target_store, auto_migrate=None)
+        migrate.prepare_for_new_data(target_store)
         report = source.copy_to(
             target_store,
             ids,

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from ..errors import SchemaNotCurrentError, StoreError
 from . import migrate
 from .engine import Store
+from .survey import upgrade_command
 
 DISTRIBUTION_COLUMN = "session_id"
 # Distributed by session, co-located with the first; parents before the tables that refer
@@ -157,7 +158,7 @@ def plan(store: Store) -> Plan:
     if revision != migrate.head_revision():
         raise SchemaNotCurrentError(
             f"the schema of {store.safe_url} is at revision {revision}: run "
-            "`zerda-store db upgrade` before distributing it"
+            f"`{upgrade_command(store)}` before distributing it"
         )
     with store.connect() as connection:
         blockers = [] if citus_version(connection) else [_no_citus(store)]

@@ -45,6 +45,7 @@ from .settings import (
     DEFAULT_POOL_TIMEOUT,
     IMMUTABLE,
     NO_PING,
+    POSTGRES_EXTRA,
     SQLITE_BUSY_TIMEOUT_MS,
     Durability,
     checked_schema,
@@ -175,7 +176,12 @@ class Store(AsyncStore):
                 schema=self.schema,
                 pool_timeout=self.pool_timeout,
             )
-        except (ArgumentError, ImportError, ValueError) as exc:
+        except ImportError as exc:
+            raise StoreError(
+                f"cannot use the database URL {safe_url(self.url)}: "
+                f"{scrub(str(exc), self.url)}; {POSTGRES_EXTRA}"
+            ) from None
+        except (ArgumentError, ValueError) as exc:
             raise StoreError(
                 f"cannot use the database URL {safe_url(self.url)}: "
                 f"{scrub(str(exc), self.url)}; zerda_store runs on sqlite:/// and postgresql:// URLs"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -32,6 +32,7 @@ from .survey import (
     survey,
     taken_names_error,
     unknown_revision_error,
+    upgrade_command,
 )
 
 if TYPE_CHECKING:
@@ -83,6 +84,29 @@ def known_revisions() -> frozenset[str]:
 
     script = ScriptDirectory.from_config(alembic_config())
     return frozenset(revision.revision for revision in script.walk_revisions())
+
+
+def downgrade_steps(store: Store, revision: str) -> list[tuple[str, str]]:
+    """The revisions a downgrade of the database to ``revision`` undoes, newest first, each
+    with its file's slug (``0005``, ``retention``); nothing is changed."""
+    from alembic.script import ScriptDirectory
+
+    current = require_store_database(store)
+    script = ScriptDirectory.from_config(alembic_config())
+    walked = list(script.walk_revisions(base="base", head=current))
+    if revision.startswith("-") and revision[1:].isdigit():
+        undone = walked[: int(revision[1:])]
+    elif revision == "base":
+        undone = walked
+    else:
+        target = script.get_revision(revision)
+        if target is None:
+            raise SchemaNotCurrentError(f"no revision {revision!r} to downgrade to")
+        ids = [step.revision for step in walked]
+        undone = walked[: ids.index(target.revision)] if target.revision in ids else []
+    return [
+        (step.revision, Path(step.path).stem.partition("_")[2].replace("_", " ")) for step in undone
+    ]
 
 
 def current_revision(store: Store) -> str | None:
@@ -148,7 +172,10 @@ def _alembic_connection(store: Store, *, locked: bool) -> Iterator[Connection]:
 
 
 def upgrade(
-    store: Store, revision: str = "head", *, assume_normalized: bool = False
+    store: Store,
+    revision: str = "head",
+    *,
+    assume_normalized: bool | Collection[str] = False,
 ) -> list[dict[str, Any]]:
     """Upgrade the schema (one process at a time; the others then find nothing to do).
 
@@ -159,8 +186,9 @@ def upgrade(
     Returns what the revisions did to the data, one entry per session a revision re-keyed
     or recorded (``session_id``, ``key_rules``, ``unsure``, ``rekeyed``, and ``merges``:
     each ``merge_id``, ``kept`` and ``merged``), for the operator to read and undo.
-    ``assume_normalized``: a session whose records do not tell how its keys were made
-    (revision 0006) was written with ``normalize_names=True``; else it is kept exact.
+    ``assume_normalized``: the sessions (True: every one) whose records do not tell how
+    their keys were made (revision 0006) were written with ``normalize_names=True``, so
+    they are re-keyed; the others such are kept exact.
     """
     report: list[dict[str, Any]] = []
     store.check_writable()
@@ -176,7 +204,9 @@ def upgrade(
             _create_postgres_schema(connection, store.schema)
         config = alembic_config(connection)
         config.attributes[UPGRADE_REPORT] = report
-        config.attributes[ASSUME_NORMALIZED] = assume_normalized
+        config.attributes[ASSUME_NORMALIZED] = (
+            assume_normalized if isinstance(assume_normalized, bool) else set(assume_normalized)
+        )
         command.upgrade(config, revision)
     return report
 
@@ -281,7 +311,19 @@ def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = Tru
                 raise SchemaNotCurrentError(
                     f"the database schema of {store.safe_url} is at revision {found.revision}, "
                     f"this version of zerda_store needs {head_revision()}: run "
-                    "`zerda-store db upgrade` (or `alembic upgrade head`) against it first"
+                    f"`{upgrade_command(store)}` first"
                 )
             upgrade(store)
         store.schema_checked = True
+
+
+def prepare_for_new_data(store: Store) -> None:
+    """For the commands that bring data in (``demo``, ``import``, ``copy``'s destination):
+    create zerda_store's schema in an empty database on any backend, as ``db upgrade``
+    would; otherwise as :func:`ensure_schema` with the backend's default (an older schema
+    upgrades itself on SQLite only; a database holding other tables is refused)."""
+    if not (store.schema_checked or store.read_only):
+        found = survey(store)
+        if found.revision is None and not found.tables and not found.elsewhere:
+            upgrade(store)
+    ensure_schema(store, auto_migrate=None)

@@ -7,7 +7,11 @@ tables can be distributed by session (Citus).
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from ..model.names import MAX_NAME_LENGTH, MAX_TYPE_LENGTH
 
@@ -27,6 +31,24 @@ Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 SESSION_ID_LENGTH = 255
 IDEMPOTENCY_KEY_LENGTH = 255
 EXTRACTOR_LENGTH = 64
+
+
+class EpochNow(FunctionElement[float]):
+    """Now, in epoch seconds, as each backend computes it (a column default)."""
+
+    type = sa.Double()
+    inherit_cache = True
+    name = "epoch_now"
+
+
+@compiles(EpochNow, "postgresql")
+def _epoch_now_postgres(element: EpochNow, compiler: Any, **kw: Any) -> str:
+    return "date_part('epoch', now())"
+
+
+@compiles(EpochNow, "sqlite")
+def _epoch_now_sqlite(element: EpochNow, compiler: Any, **kw: Any) -> str:
+    return "((julianday('now') - 2440587.5) * 86400.0)"
 
 
 def by_session(column: str, referred: str) -> tuple[sa.ForeignKeyConstraint]:
@@ -67,7 +89,9 @@ entities = sa.Table(
     sa.Column("name_key", sa.Text(), nullable=False),
     # The key without titles and legal suffixes ("sarah chen" for "Dr. Sarah Chen"): how a
     # titled or suffixed mention finds its bare form (``identity.py``).
-    sa.Column("core_key", sa.Text(), nullable=False),
+    # Empty (the default) for an entity the previous release saved during a rolling deploy,
+    # until `zerda-store db rekey` gives it its key and core.
+    sa.Column("core_key", sa.Text(), nullable=False, server_default=""),
     sa.Column("name", sa.String(MAX_NAME_LENGTH), nullable=False),
     sa.Column("entity_type", sa.String(MAX_TYPE_LENGTH), nullable=False),
     sa.Column("first_seen", sa.Double(), nullable=False),
@@ -152,7 +176,8 @@ contexts = sa.Table(
     sa.Column("text", sa.Text(), nullable=False),
     # When the snippet was stored (its turn's time; a note's own), epoch seconds: what
     # retention measures a snippet's age on. Informational otherwise, never an order.
-    sa.Column("created_at", sa.Double(), nullable=False),
+    # The default (now) serves the previous release, which does not write it.
+    sa.Column("created_at", sa.Double(), nullable=False, server_default=EpochNow()),
     sa.Index(None, "entity_id", "turn_seq", "id"),
     sa.Index(None, "session_id"),
     # Also the index of the foreign key to turns, whose cascade asks for both columns.

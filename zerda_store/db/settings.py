@@ -45,6 +45,13 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 Durability = Literal["full", "normal"]
 
+# Where psycopg comes from: the package is installed from a checkout or a wheel built
+# from one (it is not on a package index), with its "postgres" extra.
+POSTGRES_EXTRA = (
+    "Postgres needs the postgres extra: pip install '.[postgres]' in a checkout, or "
+    "pip install 'zerda_store-<version>-py3-none-any.whl[postgres]'"
+)
+
 # True while a unit of work that runs again whole on a dead connection checks one out: it
 # needs no liveness ping first (a round trip on every checkout).
 NO_PING: ContextVar[bool] = ContextVar("zerda_store_no_ping", default=False)
@@ -55,7 +62,7 @@ def _check_supported(url: URL) -> None:
     if backend == "postgresql" and driver != "psycopg":
         raise StoreError(
             f"the {driver} driver is not supported: use a postgresql:// or "
-            "postgresql+psycopg:// URL (pip install 'zerda-store[postgres]')"
+            f"postgresql+psycopg:// URL ({POSTGRES_EXTRA})"
         )
     if backend == "sqlite" and url.database in (None, "", ":memory:"):
         raise StoreError(

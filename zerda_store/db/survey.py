@@ -5,6 +5,7 @@ the connection's search_path does not reach. Only reads; the errors say what was
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -99,6 +100,13 @@ def _schemas_with_our_tables(connection: Connection) -> tuple[str, ...]:
     return tuple(connection.execute(query).scalars())
 
 
+def upgrade_command(store: Store) -> str:
+    """The command line that creates or upgrades zerda_store's schema in this store's
+    database: its URL as written, password masked, quoted for a POSIX shell."""
+    schema = f" --schema {shlex.quote(store.schema)}" if store.schema else ""
+    return f"zerda-store --database-url {shlex.quote(store.safe_url)}{schema} db upgrade"
+
+
 def _listing(tables: Sequence[str]) -> str:
     shown = ", ".join(tables[:SHOWN_TABLES])
     more = len(tables) - SHOWN_TABLES
@@ -124,13 +132,13 @@ def not_ours_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
     if not found.tables:
         return NotAStoreDatabaseError(
             f"{store.location} is not a zerda_store database (it is empty): run "
-            "`zerda-store db upgrade` (or `alembic upgrade head`) against it to create "
-            "zerda_store's tables"
+            f"`{upgrade_command(store)}` to create zerda_store's tables (in Python: "
+            "auto_migrate=True)"
         )
     return NotAStoreDatabaseError(
         f"{store.location} is not a zerda_store database (it has tables "
-        f"{_listing(found.tables)}); `zerda-store db upgrade` would add zerda_store's tables "
-        "beside them"
+        f"{_listing(found.tables)}); `{upgrade_command(store)}` would add zerda_store's "
+        "tables beside them"
     )
 
 

@@ -161,6 +161,15 @@ class IdentityStatements:
                 name=param("name", sa.String),
             )
         )
+        # Entities the previous release saved during a rolling deploy (no core yet).
+        self.unkeyed_sessions = compiled(
+            sa.select(entities.c.session_id).where(entities.c.core_key == "").distinct()
+        )
+        self.unkeyed_entities = compiled(
+            sa.select(*entities.c)
+            .where(entities.c.session_id == session_param(), entities.c.core_key == "")
+            .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
+        )
         self.set_key = compiled(
             sa.update(entities)
             .where(entities.c.id == param("entity_id"))

@@ -1,0 +1,88 @@
+"""What `db upgrade` says about the data it changed: per session, each merge the new key
+rules made with the command that undoes it (text and --json), the sessions kept exact for
+want of evidence; and what `db downgrade` says when it cannot give the older version its
+data back."""
+
+from __future__ import annotations
+
+import shlex
+
+from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
+from tests.migrations.released import RELEASED_REVISION, released_database, save_turns
+from tests.support import FixedLLM
+from zerda_store import ConversationEntityMemory, Store, migrate
+
+
+def _released(url: str) -> None:
+    with Store(url) as store:
+        released_database(store)
+        save_turns(store, "crm", [["Sarah", "Müller"], ["Muller"]])
+        save_turns(store, "exact", [["muller"], ["müller"]], exact=True)
+
+
+def test_db_upgrade_prints_each_merge_with_the_command_that_undoes_it(empty_database_url):
+    _released(empty_database_url)
+
+    lines = succeeded(invoke(empty_database_url, "db", "upgrade")).stdout.splitlines()
+
+    undo = "zerda-store unmerge 1 --session crm"
+    assert lines[0] == (
+        f"session 'crm': merged 'Muller' into 'Müller' (merge 1, one key under fold-v2); "
+        f"undo with: {undo}"
+    )
+    assert lines[1].startswith("session 'exact': kept its keys as written (exact)")
+    assert lines[1].endswith("`zerda-store db upgrade --assume-normalized exact`")
+    assert lines[-1] == f"database at revision {migrate.head_revision()}"
+    undone = succeeded(invoke(empty_database_url, *shlex.split(undo)[1:]))
+    assert "'Müller' and 'Muller' are two entities again" in undone.stdout
+
+
+def test_db_upgrade_json_lists_the_sessions_and_their_merges(empty_database_url):
+    _released(empty_database_url)
+
+    report = json_of(invoke(empty_database_url, "db", "upgrade", "--json"))
+
+    assert report["revision"] == migrate.head_revision()
+    crm, exact = report["sessions"]
+    assert (crm["session_id"], crm["key_rules"], crm["unsure"]) == ("crm", "fold-v2", False)
+    assert crm["merges"] == [
+        {
+            "merge_id": 1,
+            "kept": "Müller",
+            "merged": "Muller",
+            "undo": "zerda-store unmerge 1 --session crm",
+        }
+    ]
+    assert (exact["key_rules"], exact["unsure"], exact["merges"]) == ("exact", True, [])
+
+
+def test_db_downgrade_the_older_version_could_not_read_is_one_line_saying_what_to_do(
+    empty_database_url,
+):
+    _released(empty_database_url)
+    succeeded(invoke(empty_database_url, "db", "upgrade"))
+    with Store(empty_database_url) as store:
+        for name in ("Bill", "bill"):
+            llm = FixedLLM(name)
+            with ConversationEntityMemory.for_session(store, "crm", llm=llm) as memory:
+                memory.save_context({"input": name}, {"output": "ok"})
+
+    error = one_line_error(
+        invoke(empty_database_url, "db", "downgrade", RELEASED_REVISION, "--yes")
+    )
+
+    assert "cannot tell 'Bill' and 'bill' of session 'crm' apart" in error
+    assert "merge or forget one" in error
+
+
+def test_db_upgrade_rekeys_the_unsure_sessions_it_is_told_were_normalised(empty_database_url):
+    _released(empty_database_url)
+
+    report = json_of(
+        invoke(empty_database_url, "db", "upgrade", "--assume-normalized", "exact", "--json")
+    )
+
+    assert [m["merged"] for entry in report["sessions"] for m in entry["merges"]] == [
+        "Muller",
+        "müller",
+    ]
