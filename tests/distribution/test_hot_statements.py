@@ -14,6 +14,8 @@ from zerda_store.db.distribution import DISTRIBUTED_TABLES
 from zerda_store.db.driver import CompiledStatement
 from zerda_store.identity.statements import IdentityStatements
 from zerda_store.turns.queries import Queries
+from zerda_store.turns.resolving_recall import ResolvingRecall
+from zerda_store.turns.single_trip import SingleTripSave
 from zerda_store.turns.statements import RowsInsert, TurnStatements
 from zerda_store.turns.visible import VisibleQueries
 
@@ -51,6 +53,11 @@ def compiled_statements() -> dict[str, str]:
             if isinstance(value, CompiledStatement):
                 found[f"TurnReads.{name}"] = value.sql
     found["IdentityStatements.candidates"] = IdentityStatements(DIALECT).candidates.sql
+    found["SingleTripSave.statement"] = SingleTripSave(DIALECT).statement.sql
+    for aged in (False, True):
+        found[f"ResolvingRecall{'.aged' if aged else ''}"] = (
+            ResolvingRecall(DIALECT).statement(aged).sql
+        )
     turn = TurnStatements(DIALECT)
     for aged in (False, True):
         [(recall, _)] = turn.recall_batches("s", ["k"], 3, aged=aged)
@@ -74,6 +81,9 @@ def test_the_hot_path_names_its_session_in_every_statement() -> None:
         "Queries.count_contexts",
         "Queries.add_context",
         "IdentityStatements.candidates",
+        "SingleTripSave.statement",
+        "ResolvingRecall",
+        "ResolvingRecall.aged",
     ):
         assert unrouted_tables(statements[name]) == [], statements[name]
 
