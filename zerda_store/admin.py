@@ -17,7 +17,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from .db.engine import Store
-from .db.schema import ANY_SCOPE, contexts, entities, entity_aliases, extractions, turns
+from .db.schema import (
+    ANY_SCOPE,
+    contexts,
+    entities,
+    entity_aliases,
+    extractions,
+    in_same_session,
+    turns,
+)
 from .db.validation import checked_session_id, checked_text
 from .errors import SessionNotEmptyError
 from .model.names import KeyRules
@@ -84,12 +92,23 @@ class AdminRepository:
             )
         return summaries
 
+    def row_counts(self, session_ids: Iterable[str]) -> int:
+        """How many records an export of these sessions holds (turns, entities, snippets,
+        aliases): the total of a progress bar, counted in one snapshot per table."""
+        wanted = list(session_ids)
+        total = 0
+        with self.store.query() as connection:
+            for table in (turns, entities, contexts, entity_aliases):
+                counted = sa.select(sa.func.count()).where(table.c.session_id.in_(wanted))
+                total += connection.execute(counted).scalar_one() if wanted else 0
+        return total
+
     def entity_summaries(self, session_id: str) -> list[EntitySummary]:
         """The session's entities with their snippet counts, in first-seen order."""
         counts = (
-            sa.select(contexts.c.entity_id, sa.func.count().label("n"))
+            sa.select(contexts.c.session_id, contexts.c.entity_id, sa.func.count().label("n"))
             .where(contexts.c.session_id == session_id)
-            .group_by(contexts.c.entity_id)
+            .group_by(contexts.c.session_id, contexts.c.entity_id)
             .subquery()
         )
         query = (
@@ -100,7 +119,10 @@ class AdminRepository:
                 entities.c.first_seen,
                 entities.c.last_seen,
             )
-            .outerjoin(counts, counts.c.entity_id == entities.c.id)
+            .outerjoin(
+                counts,
+                in_same_session(counts.c.entity_id, entities.c.id),
+            )
             .where(entities.c.session_id == session_id)
             .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
         )
@@ -127,7 +149,10 @@ class AdminRepository:
                 extractions.c.attempts,
                 extractions.c.updated_at,
             )
-            .outerjoin(extractions, extractions.c.turn_id == turns.c.id)
+            .outerjoin(
+                extractions,
+                in_same_session(extractions.c.turn_id, turns.c.id),
+            )
             .where(turns.c.session_id == session_id)
             .order_by(turns.c.id)
         )
@@ -144,7 +169,10 @@ class AdminRepository:
                 contexts.c.turn_seq,
                 contexts.c.text,
             )
-            .join(entities, entities.c.id == contexts.c.entity_id)
+            .join(
+                entities,
+                in_same_session(entities.c.id, contexts.c.entity_id),
+            )
             .where(contexts.c.session_id == session_id)
             .order_by(
                 entities.c.first_turn_id,
@@ -263,11 +291,12 @@ class AdminRepository:
         self,
         target: Store,
         session_ids: Iterable[str] | None = None,
-        progress: Callable[[Iterable[str]], Iterable[str]] = lambda ids: ids,
+        rows: Callable[[Iterable[dict[str, Any]]], Iterable[dict[str, Any]]] = lambda r: r,
     ) -> CopyReport:
         """Copy sessions (default: all) into ``target``, each in one transaction. Sessions
         that already hold data there are skipped, so an interrupted copy can be run again,
-        and two copies running at once store each session once."""
+        and two copies running at once store each session once. ``rows`` wraps each
+        session's records as they stream (a progress bar counts them)."""
         ids = (
             list(session_ids)
             if session_ids is not None
@@ -275,10 +304,12 @@ class AdminRepository:
         )
         destination = AdminRepository(target)
         copied = skipped = 0
-        for session_id in progress(ids):
+        for session_id in ids:
             try:
                 destination.import_session(
-                    session_id, _Export(self, session_id), key_rules=self.key_rules(session_id)
+                    session_id,
+                    rows(_Export(self, session_id)),
+                    key_rules=self.key_rules(session_id),
                 )
             except SessionNotEmptyError:
                 skipped += 1

@@ -57,7 +57,7 @@ def sqlite_source(sqlite_url) -> str:
 def test_copy_one_session_then_the_rest_then_nothing(sqlite_source, postgres_url):
     one = succeeded(copy(sqlite_source, postgres_url, "--session", "globex"))
 
-    assert one.stdout.strip() == "copied 1 sessions, skipped 0 already present"
+    assert one.stdout.strip() == "copied 1 session, skipped 0 already present"
     assert [r["session_id"] for r in json_of(invoke(postgres_url, "sessions", "--json"))] == [
         "globex"
     ]
@@ -138,3 +138,13 @@ def test_copy_to_an_unreachable_database_fails_without_the_password(sqlite_sourc
     line = one_line_error(result)
     assert "cannot connect" in line
     assert "secret" not in result.output
+
+
+def test_copy_prints_a_json_receipt(sqlite_source, tmp_path):
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+
+    first = json_of(copy(sqlite_source, target, "--json"))
+    again = json_of(copy(sqlite_source, target, "--json"))
+
+    assert first == {"copied": 3, "skipped": 0}
+    assert again == {"copied": 0, "skipped": 3}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.cli.helpers import invoke, json_of, succeeded
 
 SUMMARY = re.compile(r"^(\d+) entities, (\d+) turns, (\d+) snippets stored in session 'demo'\.$")
@@ -51,6 +53,7 @@ def test_demo_second_run_recalls_each_snippet_once(tmp_path: Path, monkeypatch):
     assert "remembered:" not in second
 
 
+@pytest.mark.fans_out
 def test_demo_on_the_database_of_the_url(database_url):
     out = succeeded(invoke(database_url, "demo")).stdout
     assert summary(out) == (5, 3, 6)
@@ -65,3 +68,19 @@ def test_demo_on_an_empty_database_creates_the_schema(empty_database_url):
     assert out.startswith("A new, empty memory.")
     assert summary(out) == (5, 3, 6)
     assert "(head)" in succeeded(invoke(empty_database_url, "db", "current")).stdout
+
+
+def test_demo_json_says_what_each_run_stored(empty_database_url):
+    first = json_of(invoke(empty_database_url, "demo", "--json"))
+    second = json_of(invoke(empty_database_url, "demo", "--json"))
+
+    assert first["stored_now"] == ["demo-turn-1", "demo-turn-2", "demo-turn-3"]
+    assert (first["earlier_turns"], first["entities"], first["turns"], first["snippets"]) == (
+        0,
+        5,
+        3,
+        6,
+    )
+    assert second["stored_now"] == []
+    assert (second["earlier_turns"], second["turns"], second["snippets"]) == (3, 3, 6)
+    assert second["recalled"] == first["recalled"]

@@ -69,7 +69,10 @@ def test_postgres_without_citus_is_refused_in_one_line_and_left_as_it_was(
 
 @pytest.mark.postgres
 def test_the_dry_run_prints_the_statements_and_every_blocker(postgres_url: str) -> None:
-    lines = succeeded(invoke(postgres_url, "db", "distribute", "--dry-run")).stdout.splitlines()
+    result = invoke(postgres_url, "db", "distribute", "--dry-run")
+    assert result.exit_code == 1  # blocked: a deploy script's dry run fails
+    assert result.stderr == "Error: db distribute is blocked (1 blocker above)\n"
+    lines = result.stdout.splitlines()
     assert lines[: len(PLAN)] == [f"{statement};" for statement in PLAN]
     blockers = lines[len(PLAN) :]
     assert len(blockers) == 1  # the schema follows every rule: only Citus is missing

@@ -84,6 +84,19 @@ def test_an_added_alias_names_the_entity_until_it_is_removed(url):
     assert succeeded(invoke(url, "alias", "list", "--session", SESSION)).stdout == "(none)\n"
 
 
+def test_alias_add_and_remove_print_a_json_receipt(url):
+    add = ["alias", "add", "Acme", "Roadrunner", "--session", SESSION, "--json"]
+
+    added = json_of(invoke(url, *add))
+    again = json_of(invoke(url, *add))
+    removed = json_of(invoke(url, "alias", "remove", "Roadrunner", "--session", SESSION, "--json"))
+
+    assert added == {"alias": "Roadrunner", "entity": "Acme", "added": True}
+    assert again == {"alias": "Roadrunner", "entity": "Acme", "added": False}
+    assert removed == {"alias": "Roadrunner", "removed": True}
+    assert json_of(invoke(url, "alias", "list", "--session", SESSION, "--json")) == []
+
+
 def test_an_alias_that_is_another_entity_or_of_no_entity_is_refused(url):
     line = one_line_error(invoke(url, "alias", "add", "Sarah Chen", "Sarah", "--session", SESSION))
     assert "merge" in line
@@ -137,7 +150,7 @@ def test_merge_says_how_to_undo_it(url):
     result = succeeded(invoke(url, "merge", "Acme", "Acme's", "--session", SESSION))
     (merge_id,) = [row.id for row in rows_of(url, entity_merges)]
     assert result.stdout.splitlines() == [
-        f"merged \"Acme's\" into 'Acme' (merge {merge_id}): 1 snippets moved, 0 dropped "
+        f"merged \"Acme's\" into 'Acme' (merge {merge_id}): 1 snippet moved, 0 dropped "
         "(same turn), 0 aliases moved",
         f"undo with: zerda-store unmerge {merge_id} --session {SESSION}",
     ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+import sqlalchemy as sa
+
 from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
 
 
@@ -116,3 +119,18 @@ def test_retention_set_and_clear_print_a_receipt(populated):
     assert said.strip() == "retention set for acme: keep_last=2, max_age=-, session_idle=-"
     assert cleared == {"scope": "acme", "entity_type": None, "deleted": 1}
     assert again.strip() == "0 rules deleted"
+
+
+@pytest.mark.parametrize(
+    "empty_database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_retention_on_an_empty_postgres_database_creates_no_schema(empty_database_url):
+    line = one_line_error(invoke(empty_database_url, "retention", "show", "--default"))
+
+    assert "is not a zerda_store database (it is empty)" in line
+    assert "db upgrade`" in line
+    engine = sa.create_engine(empty_database_url)
+    try:
+        assert sa.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()

@@ -98,11 +98,12 @@ def test_round_trip_into_a_new_session_of_the_same_database(shared_populated, tm
 
     result = succeeded(import_file(shared_populated, path, target))
 
-    expected = {"acme": (6, 3, 8), "globex": (3, 4, 6), "quiet": (1, 0, 0)}[session_id]
-    assert result.stdout.strip() == (
-        f"imported into {target!r}: {expected[0]} turns, {expected[1]} entities, "
-        f"{expected[2]} snippets"
-    )
+    expected = {
+        "acme": "6 turns, 3 entities, 8 snippets",
+        "globex": "3 turns, 4 entities, 6 snippets",
+        "quiet": "1 turn, 0 entities, 0 snippets",
+    }[session_id]
+    assert result.stdout.strip() == (f"imported into {target!r}: {expected}")
     assert_same_session(shared_populated, session_id, shared_populated, target)
     # the source is untouched, and the copy's export names the new session
     assert export_file(shared_populated, target, tmp_path / "again.jsonl")[0] == json.dumps(
@@ -257,6 +258,7 @@ def _corrupt_records(lines: list[str], how: str) -> tuple[list[str], int | None]
     raise AssertionError(how)
 
 
+@pytest.mark.fans_out
 @pytest.mark.parametrize(
     "how",
     [
@@ -306,6 +308,7 @@ def test_an_empty_file_is_refused(shared_populated, tmp_path):
     assert set(session_row_counts(shared_populated, "from-empty").values()) == {0}
 
 
+@pytest.mark.fans_out
 def test_a_session_id_the_api_refuses_is_refused_by_import(shared_populated, tmp_path):
     """The API takes session ids of 1 to 255 characters; import must not make others."""
     path = tmp_path / "acme.jsonl"
@@ -338,3 +341,12 @@ def test_a_file_with_whole_numbers_for_times_imports(shared_populated, tmp_path)
     imported = [r for r in export_records(shared_populated, "acme-mixed") if r["kind"] == "turn"]
     assert len(imported) == len(turns) + 12
     assert [r["created_at"] for r in imported[-12:]] == [1_700_000_000 + n for n in range(12)]
+
+
+def test_import_prints_a_json_receipt(shared_populated, tmp_path):
+    path = tmp_path / "acme.jsonl"
+    export_file(shared_populated, "acme", path)
+
+    receipt = json_of(import_file(shared_populated, path, "acme-json", "--json"))
+
+    assert receipt == {"session_id": "acme-json", "turns": 6, "entities": 3, "contexts": 8}

@@ -1,6 +1,7 @@
 """The wheel as users get it: it carries the migrations and alembic.ini, and once installed
-in a fresh virtual environment, `zerda-store db upgrade`, `db check`, `demo` and plain
-`alembic` work from a folder outside the repository.
+(with its postgres extra) in a fresh virtual environment, `zerda-store db upgrade`,
+`db check`, `demo` and plain `alembic` work from a folder outside the repository, on
+SQLite and on an empty Postgres database.
 
 Building the wheel and installing its dependencies into a new environment takes some
 seconds (and a package index or pip's cache), so the module is marked slow.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import _new_postgres_database
 from zerda_store import migrate
 from zerda_store.db.engine import DATABASE_URL_ENV
 
@@ -64,11 +66,12 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory, wheel) -> Path:
-    """A fresh virtual environment with the wheel (and its dependencies) installed."""
+    """A fresh virtual environment with the wheel and its postgres extra installed, as the
+    README's install section says."""
     where = tmp_path_factory.mktemp("venv") / "env"
     run([sys.executable, "-m", "venv", str(where)], cwd=where.parent, env=clean_env())
     run(
-        [str(where / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+        [str(where / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[postgres]"],
         cwd=where.parent,
         env=clean_env(where),
     )
@@ -170,3 +173,21 @@ def test_alembic_upgrades_with_the_packaged_alembic_ini(venv, outside):
     with closing(sqlite3.connect(outside / "plain.db")) as connection:
         tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
     assert {"turns", "entities", "contexts", "extractions", "entity_overview"} <= tables
+
+
+@pytest.mark.postgres
+def test_db_upgrade_and_demo_on_an_empty_postgres_database_from_the_installed_wheel(
+    venv, outside, postgres_admin
+):
+    script = str(venv / "bin" / "zerda-store")
+    url, drop = _new_postgres_database(postgres_admin)
+    try:
+        upgraded = run([script, "--database-url", url, "db", "upgrade"], outside, clean_env(venv))
+        demo = run([script, "--database-url", url, "demo"], outside, clean_env(venv))
+        current = run([script, "--database-url", url, "db", "current"], outside, clean_env(venv))
+    finally:
+        drop()
+
+    assert upgraded.stdout.strip().endswith(f"database at revision {migrate.head_revision()}")
+    assert "5 entities, 3 turns, 6 snippets stored in session 'demo'." in demo.stdout
+    assert current.stdout.strip() == f"{migrate.head_revision()} (head)"

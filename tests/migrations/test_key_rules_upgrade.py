@@ -5,9 +5,11 @@ upgrade makes can be undone."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.cli.helpers import invoke, succeeded
 from tests.migrations.released import released_database, rows, save_turns
 from tests.support import FixedLLM
 from zerda_store import ConversationEntityMemory, KeyRulesMismatchError, Store, migrate
@@ -120,3 +122,24 @@ def test_every_merge_of_the_upgrade_can_be_undone(store: Store, kept: str, merge
     )
     # The kept entity holds the key both names have now: the next mention joins it.
     assert dict(rows(store, snippets)) == {"Sarah": 1, kept: 2, merged: 1}
+
+
+def test_an_entity_brought_back_apart_is_exported_and_imported_apart(
+    store: Store, tmp_path: Path
+) -> None:
+    save_turns(store, "s", [["Sarah", "Müller"], ["Muller"]])
+    migrate.upgrade(store)
+    with ConversationEntityMemory.for_session(store, "s") as memory:
+        memory.unmerge(1)
+    exported = tmp_path / "s.jsonl"
+    url = store.url.render_as_string(hide_password=False)
+
+    succeeded(invoke(url, "export", "--session", "s", "-o", str(exported)))
+    succeeded(invoke(url, "import", str(exported), "--session", "copy"))
+
+    with ConversationEntityMemory.for_session(store, "copy") as memory:
+        assert memory.list_entities() == ["Sarah", "Müller", "Muller"]
+    assert (
+        dict(rows(store, KEYS, session="copy"))["Muller"]
+        == dict(rows(store, KEYS, session="s"))["Muller"]
+    )

@@ -13,8 +13,8 @@ import datetime as dt
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -145,8 +145,17 @@ class Context:
         return memory
 
     def repository(self) -> AdminRepository:
-        """The operators' queries on a database that may be created (on any backend) or
-        migrated (on SQLite) first."""
+        """The operators' queries on a database that may be created or migrated first (as
+        the Python API does: by default on SQLite only)."""
+        from ..admin import AdminRepository
+        from ..db import migrate
+
+        migrate.ensure_schema(self.store, auto_migrate=None)
+        return AdminRepository(self.store)
+
+    def importing_repository(self) -> AdminRepository:
+        """The operators' queries for bringing data in: an empty database of either
+        backend gets zerda_store's schema first (:func:`migrate.prepare_for_new_data`)."""
         from ..admin import AdminRepository
         from ..db import migrate
 
@@ -192,17 +201,6 @@ def _one_line(ctx: click.Context, exc: Exception) -> Exception:
 
 def _scrubbed(ctx: click.Context, message: str) -> str:
     return ctx.obj.scrub(message) if isinstance(ctx.obj, Context) else message
-
-
-T = TypeVar("T")
-
-
-def progress(items: Iterable[T], desc: str, unit: str) -> Iterable[T]:
-    """``items`` with a progress bar on standard error (when it is a terminal); tqdm is
-    loaded by the commands that show one."""
-    from tqdm import tqdm
-
-    return tqdm(items, desc=desc, unit=unit, disable=None, file=sys.stderr)  # type: ignore[no-any-return]
 
 
 def plural(count: int, noun: str) -> str:

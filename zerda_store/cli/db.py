@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .common import Context, json_option, print_text
+from .common import Context, json_option, plural, print_text
 
 
 @click.command("distribute")
@@ -22,19 +22,33 @@ from .common import Context, json_option, print_text
 )
 @click.pass_obj
 def distribute(obj: Context, dry_run: bool) -> None:
-    """Distribute the tables by session_id with Citus (needs the citus extension)."""
+    """Distribute the tables by session_id with Citus (needs the citus extension). The dry
+    run prints the statements and exits 1 if anything blocks them."""
     from ..db import distribution
 
     if dry_run:
         plan = distribution.plan(obj.open(reading=True))
+        for table in plan.done:
+            print_text(f"-- already distributed: {table}")
         for statement in plan.statements:
             print_text(f"{statement};")
         for blocker in plan.blockers:
             print_text(f"-- blocked: {blocker}")
+        if plan.blockers:  # a deploy script's dry run must fail while the real one would
+            raise click.ClickException(
+                f"db distribute is blocked ({plural(len(plan.blockers), 'blocker')} above)"
+            )
         return
-    for statement in distribution.distribute(obj.store):
+    plan = distribution.distribute(obj.store)
+    for table in plan.done:
+        print_text(f"already distributed: {table}")
+    for statement in plan.statements:
         print_text(f"ran: {statement}")
-    click.echo("tables distributed by session_id")
+    click.echo(
+        "tables distributed by session_id"
+        if plan.statements
+        else "every table is distributed already: nothing ran"
+    )
 
 
 def undo_command(merge_id: int, session_id: str) -> str:

@@ -9,9 +9,11 @@ nothing is stored twice and the recall shows what survived.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..db.engine import Store
 from ..memory.conversation import ConversationEntityMemory
+from .common import plural
 
 DEMO_SESSION = "demo"
 NAMES = ("Acme Corp", "Sarah Chen", "Berlin", "Globex", "Omar Haddad")
@@ -40,19 +42,25 @@ class NameSpottingLLM:
         return ", ".join(name for _, name in found)
 
 
-def run_demo(store: Store, echo: Callable[[str], None] = print) -> None:
+def run_demo(store: Store, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the demo conversation on ``store``, which holds zerda_store's schema (a SQLite
     file is created or upgraded here; the ``demo`` command creates the schema in an empty
-    database of any backend first)."""
+    database of any backend first); what the session holds afterwards, and what this run
+    stored and recalled."""
     with ConversationEntityMemory(
         NameSpottingLLM(), store=store, session_id=DEMO_SESSION
     ) as memory:
         earlier = len(memory.chat_memory)
         if earlier:
-            echo(f"This memory already holds {earlier} turns from earlier runs: it survived.")
+            echo(
+                f"This memory already holds {plural(earlier, 'turn')} from earlier runs: "
+                "it survived."
+            )
         else:
             echo("A new, empty memory.")
         echo(f"Database: {memory.store}\n")
+        stored_now: list[str] = []
+        recalls: dict[str, str] = {}
         for number, (user, assistant) in enumerate(TURNS, 1):
             stored = len(memory.chat_memory)
             # A key per scripted turn: a later run delivers the same turns again, and the
@@ -61,14 +69,25 @@ def run_demo(store: Store, echo: Callable[[str], None] = print) -> None:
             memory.save_context({"input": user}, {"output": assistant}, idempotency_key=key)
             echo(f"user:      {user}\nassistant: {assistant}")
             if len(memory.chat_memory) > stored:
+                stored_now.append(key)
                 echo(f"  -> remembered: {', '.join(memory.chat_memory[-1]['entities'])}\n")
             else:
                 echo(f"  -> already stored by an earlier run (idempotency key {key!r})\n")
         for question in QUESTIONS:
             recalled = memory.load_memory_variables({"input": question})["entity_info"]
+            recalls[question] = recalled
             echo(f"user asks: {question}\nthe memory recalls:\n{recalled}\n")
         stats = memory.get_memory_stats()
         echo(
-            f"{stats['entity_count']} entities, {stats['message_count']} turns, "
-            f"{stats['total_contexts']} snippets stored in session {DEMO_SESSION!r}."
+            f"{plural(stats['entity_count'], 'entity')}, {plural(stats['message_count'], 'turn')}, "
+            f"{plural(stats['total_contexts'], 'snippet')} stored in session {DEMO_SESSION!r}."
         )
+    return {
+        "session_id": DEMO_SESSION,
+        "earlier_turns": earlier,
+        "stored_now": stored_now,
+        "recalled": recalls,
+        "entities": stats["entity_count"],
+        "turns": stats["message_count"],
+        "snippets": stats["total_contexts"],
+    }

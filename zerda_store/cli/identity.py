@@ -15,7 +15,7 @@ import click
 if TYPE_CHECKING:
     from ..memory.conversation import ConversationEntityMemory
 
-from .common import Context, json_option, output, print_text, session_option, when
+from .common import Context, json_option, output, plural, print_text, session_option, when
 
 # Merge ids are 64-bit row ids: a larger number names no merge (and no driver takes it).
 _MERGE_ID = click.IntRange(1, 2**63 - 1)
@@ -56,14 +56,17 @@ def alias() -> None:
 @click.argument("name")
 @click.argument("alias_name", metavar="ALIAS")
 @session_option
+@json_option
 @click.pass_obj
-def alias_add(obj: Context, name: str, alias_name: str, session_id: str) -> None:
+def alias_add(obj: Context, name: str, alias_name: str, session_id: str, as_json: bool) -> None:
     """Make ALIAS another name of the entity NAME: a mention of ALIAS then names it."""
     memory = session_memory(obj, session_id, reading=False)
     added = memory.add_alias(name, alias_name)
     info = memory.get_entity_info(name)
     entity = info["name"] if info is not None else name
-    if added:
+    if as_json:
+        _print_json({"alias": alias_name, "entity": entity, "added": added})
+    elif added:
         print_text(f"{alias_name!r} is now an alias of {entity!r}")
     else:
         print_text(f"{alias_name!r} was an alias of {entity!r} already")
@@ -72,12 +75,16 @@ def alias_add(obj: Context, name: str, alias_name: str, session_id: str) -> None
 @alias.command("remove")
 @click.argument("alias_name", metavar="ALIAS")
 @session_option
+@json_option
 @click.pass_obj
-def alias_remove(obj: Context, alias_name: str, session_id: str) -> None:
+def alias_remove(obj: Context, alias_name: str, session_id: str, as_json: bool) -> None:
     """Stop ALIAS naming its entity (the entity and its snippets stay)."""
     memory = session_memory(obj, session_id, reading=False)
     if not memory.remove_alias(alias_name):
         raise LookupError(f"no alias {alias_name!r} in session {session_id!r}")
+    if as_json:
+        _print_json({"alias": alias_name, "removed": True})
+        return
     print_text(f"removed the alias {alias_name!r}")
 
 
@@ -109,7 +116,7 @@ def merge(obj: Context, keep: str, other: str, session_id: str, as_json: bool) -
         return
     print_text(
         f"merged {receipt['merged']!r} into {receipt['kept']!r} (merge {receipt['merge_id']}): "
-        f"{receipt['moved_snippets']} snippets moved, {receipt['dropped_snippets']} dropped "
+        f"{plural(receipt['moved_snippets'], 'snippet')} moved, {receipt['dropped_snippets']} dropped "
         f"(same turn), {receipt['moved_aliases']} aliases moved"
     )
     print_text(

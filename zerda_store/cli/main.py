@@ -8,7 +8,6 @@ library it uses, so that ``zerda-store --help`` starts quickly.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
@@ -18,13 +17,14 @@ from .common import (
     escaped,
     json_option,
     output,
+    plural,
     print_text,
-    progress,
     require_session,
     session_option,
     when,
 )
 from .db import distribute, print_upgrade, rekey
+from .extraction import models, reextract
 from .identity import alias, merge, merges, similar, unmerge
 from .retention import prune, retention
 from .schema import db_check, db_current, db_downgrade
@@ -38,7 +38,8 @@ DATABASE_URL_ENV = "ZERDA_STORE_DATABASE_URL"
 MAX_SNIPPETS_SHOWN = 10_000
 
 
-@click.group(cls=Group)
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="zerda-store", prog_name="zerda-store")
 @click.option(
     "--database-url",
     envvar=DATABASE_URL_ENV,
@@ -64,6 +65,8 @@ def main(ctx: click.Context, database_url: str | None, read_only: bool, schema: 
 
 
 for command in (
+    reextract,
+    models,
     export_command,
     import_command,
     copy,
@@ -247,80 +250,22 @@ def forget(obj: Context, name: str, session_id: str, with_turns: bool, as_json: 
         click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
         return
     print_text(
-        f"forgot {receipt['entity']!r}: {receipt['entities']} entities, "
-        f"{receipt['contexts']} snippets, {receipt['turns_deleted']} turns deleted, "
-        f"{receipt['turns_updated']} turns updated"
+        f"forgot {receipt['entity']!r}: {plural(receipt['entities'], 'entity')}, "
+        f"{plural(receipt['contexts'], 'snippet')}, {plural(receipt['turns_deleted'], 'turn')} "
+        f"deleted, {plural(receipt['turns_updated'], 'turn')} updated"
     )
 
 
 @main.command()
+@json_option
 @click.pass_obj
-def demo(obj: Context) -> None:
+def demo(obj: Context, as_json: bool) -> None:
     """Run a short scripted CRM conversation and show what the memory recalls (the schema
-    is created first in an empty database)."""
+    is created first in an empty database). Run it twice: the memory survives."""
     from ..db import migrate
     from .demo import run_demo
 
     migrate.prepare_for_new_data(obj.store)
-    run_demo(obj.store, print_text)
-
-
-# -- moving data --------------------------------------------------------------------------
-
-
-@main.command()
-@click.option(
-    "--failed",
-    is_flag=True,
-    required=True,
-    help="Retry the turns whose extraction failed (the only mode).",
-)
-@click.option("--session", "session_id", help="One session (default: every session).")
-@click.option("--lang", default="en", show_default=True, help="Language of the stanza model.")
-@click.option("--stanza-dir", type=click.Path(file_okay=False), help="stanza resources folder.")
-@click.pass_obj
-def reextract(
-    obj: Context, failed: bool, session_id: str | None, lang: str, stanza_dir: str | None
-) -> None:
-    """Run extraction again (with stanza) for turns whose extraction failed."""
-    from ..admin import AdminRepository
-    from ..extraction import StanzaExtractor
-    from ..memory.conversation import ConversationEntityMemory
-
-    store = obj.changing_store()
-    store.check_writable()
-    pending = AdminRepository(store).failed_turns(session_id)
-    sessions_with_failures = sorted({turn.session_id for turn in pending})
-    extractor = StanzaExtractor.shared(lang, stanza_dir=stanza_dir)
-    totals = {"repaired": 0, "failed": 0}
-    for current in progress(sessions_with_failures, "reextract", " sessions"):
-        memory = ConversationEntityMemory(
-            store=store, session_id=current, lang=lang, extractor=extractor
-        )
-        for key, count in memory.reextract().items():
-            totals[key] += count
-    print_text(f"repaired {totals['repaired']} turns, {totals['failed']} still failing")
-
-
-@main.group()
-def models() -> None:
-    """Manage stanza models for extraction without an LLM."""
-
-
-@models.command("download")
-@click.argument("lang")
-@click.option("--stanza-dir", type=click.Path(file_okay=False), help="Where to put the models.")
-def models_download(lang: str, stanza_dir: str | None) -> None:
-    """Download stanza's tokenize and NER models for LANG (needs network access)."""
-    try:
-        import stanza
-    except ImportError:
-        raise click.ClickException(
-            "stanza is not installed: pip install '.[stanza]' in a checkout (or the wheel "
-            "with its [stanza] extra)"
-        ) from None
-    options: dict[str, Any] = {"processors": "tokenize,ner"}
-    if stanza_dir:
-        options["model_dir"] = stanza_dir
-    stanza.download(lang, **options)
-    click.echo(f"stanza models for {lang!r} are installed")
+    summary = run_demo(obj.store, (lambda _: None) if as_json else print_text)
+    if as_json:
+        click.echo(json.dumps(summary, ensure_ascii=False, indent=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -9,7 +10,8 @@ from contextlib import contextmanager
 
 import click
 
-from .common import Context, progress, require_session, session_option
+from .common import Context, json_option, plural, print_text, require_session, session_option
+from .progress import row_bar
 
 
 @click.command("export")
@@ -29,14 +31,16 @@ def export_command(obj: Context, session_id: str, output: str) -> None:
     from ..transfer.format import write_session, write_session_file
 
     require_session(obj, session_id)
-    rules = obj.reader().key_rules(session_id)
-    records = progress(obj.reader().export_session(session_id), "export", " rows")
-    if output == "-":
-        lines = write_session(sys.stdout, session_id, records, rules)
-    else:
-        with _file_errors(output):
-            lines = write_session_file(output, session_id, records, rules)
-    click.echo(f"exported session {session_id!r}: {lines} lines", err=True)
+    reader = obj.reader()
+    rules = reader.key_rules(session_id)
+    with row_bar("export", reader.row_counts([session_id])) as bar:
+        records = bar.counted(reader.export_session(session_id))
+        if output == "-":
+            lines = write_session(sys.stdout, session_id, records, rules)
+        else:
+            with _file_errors(output):
+                lines = write_session_file(output, session_id, records, rules)
+    click.echo(f"exported session {session_id!r}: {plural(lines, 'line')}", err=True)
 
 
 @contextmanager
@@ -57,10 +61,14 @@ def _file_errors(path: str) -> Iterator[None]:
     is_flag=True,
     help="Accept a file of the first export format, which has no end line to verify.",
 )
+@json_option
 @click.pass_obj
-def import_command(obj: Context, file: str, session_id: str, merge: bool, unverified: bool) -> None:
+def import_command(
+    obj: Context, file: str, session_id: str, merge: bool, unverified: bool, as_json: bool
+) -> None:
     """Read a session exported by `export` into SESSION, in one transaction. The whole
-    file is checked first; a bad or truncated file is refused, and nothing is written."""
+    file is checked first; a bad or truncated file is refused, and nothing is written.
+    An empty database gets zerda_store's schema first."""
     from ..db.validation import checked_session_id
     from ..transfer.checks import file_key_rules
     from ..transfer.format import ExportFile
@@ -69,12 +77,17 @@ def import_command(obj: Context, file: str, session_id: str, merge: bool, unveri
     with _file_errors(file), _readable(file) as path:
         export = ExportFile(path)
         checked = export.check(allow_unverified=unverified)
-        counts = obj.repository().import_session(
-            session_id, export, merge=merge, key_rules=file_key_rules(checked)
-        )
-    click.echo(
-        f"imported into {session_id!r}: {counts['turns']} turns, {counts['entities']} entities, "
-        f"{counts['contexts']} snippets"
+        repository = obj.importing_repository()
+        with row_bar("import", sum(checked.counts.values())) as bar:
+            counts = repository.import_session(
+                session_id, bar.counted(export), merge=merge, key_rules=file_key_rules(checked)
+            )
+    if as_json:
+        click.echo(json.dumps({"session_id": session_id, **counts}, ensure_ascii=False))
+        return
+    print_text(
+        f"imported into {session_id!r}: {plural(counts['turns'], 'turn')}, "
+        f"{plural(counts['entities'], 'entity')}, {plural(counts['contexts'], 'snippet')}"
     )
 
 
@@ -95,9 +108,11 @@ def _readable(file: str) -> Iterator[str]:
 @click.command()
 @click.option("--to", "destination", required=True, help="URL of the database to copy into.")
 @click.option("--session", "session_id", help="Copy one session (default: every session).")
+@json_option
 @click.pass_obj
-def copy(obj: Context, destination: str, session_id: str | None) -> None:
-    """Copy sessions into another database (e.g. SQLite to Postgres).
+def copy(obj: Context, destination: str, session_id: str | None, as_json: bool) -> None:
+    """Copy sessions into another database (e.g. SQLite to Postgres); an empty one gets
+    zerda_store's schema first.
 
     Sessions that already hold data there are skipped, so an interrupted copy can be run
     again to finish it.
@@ -110,9 +125,11 @@ def copy(obj: Context, destination: str, session_id: str | None) -> None:
         require_session(obj, session_id)
     with obj.open_store(destination) as target_store:
         migrate.prepare_for_new_data(target_store)
-        report = source.copy_to(
-            target_store,
-            ids,
-            lambda items: progress(items, "copy", " sessions"),
-        )
-    click.echo(f"copied {report.copied} sessions, skipped {report.skipped} already present")
+        with row_bar("copy", source.row_counts(ids)) as bar:
+            report = source.copy_to(target_store, ids, bar.counted)
+    if as_json:
+        click.echo(json.dumps({"copied": report.copied, "skipped": report.skipped}))
+        return
+    click.echo(
+        f"copied {plural(report.copied, 'session')}, skipped {report.skipped} already present"
+    )

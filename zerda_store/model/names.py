@@ -196,6 +196,23 @@ def _cached_key(rules: str, name: str) -> str:
     return KEY_RULES[rules]._key(name)
 
 
+# The key of an entity that an unmerge brought back while its old key was another entity's
+# (new key rules made the two keys one): a key no rule makes (names hold no control
+# characters), unique by the entity's id, so that mentions of either name go to the entity
+# holding the rules' key and the one brought back keeps its own snippets.
+HELD_APART = "\x02apart "
+
+
+def held_apart_key(entity_id: int) -> str:
+    """The key of an entity held apart from the one its name's key names."""
+    return f"{HELD_APART}{entity_id}"
+
+
+def is_held_apart(key: str) -> bool:
+    """Whether ``key`` is an entity's held apart (:func:`held_apart_key`)."""
+    return key.startswith(HELD_APART)
+
+
 def is_acceptable_name(name: str) -> bool:
     """True when a name can be stored: at most 256 code points, no control characters and
     no lone surrogates (which no database can store as UTF-8)."""

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..db.schema import contexts, entities, extractions, max_length, turns
-from ..model.names import EXACT, FOLD_V1, FOLD_V2, FOLD_V2_CASELESS, KeyRules, is_acceptable_name
+from ..model.names import (
+    EXACT,
+    FOLD_V1,
+    FOLD_V2,
+    FOLD_V2_CASELESS,
+    KeyRules,
+    is_acceptable_name,
+    is_held_apart,
+)
 
 MAX_TIMESTAMP = 253_402_300_799.0
 _BIGINT = 2**63 - 1
@@ -203,6 +211,8 @@ def _check_key(record: dict[str, Any], number: int, checked: CheckedFile) -> Non
     """The key must be the one the API computes from the name, under one set of key rules
     for the whole file (the header's, or, in an older file, fold-v1's or the exact names)."""
     name, key = record["name"], record["name_key"]
+    if is_held_apart(key):
+        return  # brought back by an unmerge under a key no rule makes: kept as it is
     if not key:
         raise problem(number, "name_key", "is empty: the name has no letters or digits")
     agreeing = tuple(rules for rules in checked.key_rules if rules.key(name) == key)

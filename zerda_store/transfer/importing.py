@@ -25,7 +25,7 @@ from ..errors import SessionNotEmptyError, StoreError
 from ..identity.resolution import check_key_rules
 from ..identity.rules import identify
 from ..identity.statements import IdentityStatements
-from ..model.names import DEFAULT_KEY_RULES, KeyRules
+from ..model.names import DEFAULT_KEY_RULES, KeyRules, is_held_apart
 from ..turns.queries import session_param
 from ..turns.rows import context_row, entity_row, outcome_row, turn_row
 from ..turns.statements import RowsInsert, TurnStatements
@@ -213,7 +213,7 @@ class _SessionWriter:
     def _rekeyed(self, record: dict[str, Any]) -> dict[str, Any]:
         """The record keyed with the import's rules; two entities of the file that are one
         under them are refused (a file keyed by older rules)."""
-        if self._rules is None:
+        if self._rules is None or is_held_apart(record["name_key"]):
             return record
         identity = identify(record["name"], self._rules)
         other = self._keys.setdefault(identity.key, record["name"])
