@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .db import migrate
     from .db.engine import Store
     from .errors import (
+        CancelledAfterCommitError,
         CommitOutcomeUnknownError,
         DatabaseError,
         DatabaseUnavailableError,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 # Where each public name lives (``migrate`` is a module).
 _HOMES = {
     "AdminRepository": "admin",
+    "CancelledAfterCommitError": "errors",
     "CommitOutcomeUnknownError": "errors",
     "ConversationEntityMemory": "memory.conversation",
     "DatabaseError": "errors",
@@ -72,6 +74,7 @@ _HOMES = {
 
 __all__ = [
     "AdminRepository",
+    "CancelledAfterCommitError",
     "CommitOutcomeUnknownError",
     "ConversationEntityMemory",
     "DatabaseError",
