@@ -67,12 +67,11 @@ ENTITY_SELECT = (
 )
 
 
-def _recall_by_keys(count: int, aged: bool = False, keyed: Any = None) -> Any:
+def _recall_by_keys(count: int, aged: bool = False) -> Any:
     """SQLite (no LATERAL): the session's entities keyed ``:key_0`` … (unique index),
     joined to the snippets whose ids are among each one's newest ``:limit`` (a correlated
     subquery on the contexts index led by entity_id, read backwards and cut at the
-    limit), then fetched by primary key. ``aged`` adds each snippet's creation time;
-    ``keyed`` replaces the filter on the entities' keys."""
+    limit), then fetched by primary key. ``aged`` adds each snippet's creation time."""
     newest = contexts.alias("newest")
     newest_ids = (
         sa.select(newest.c.id)
@@ -92,18 +91,14 @@ def _recall_by_keys(count: int, aged: bool = False, keyed: Any = None) -> Any:
             *age,
         )
         .join_from(entities, contexts, contexts.c.id.in_(newest_ids))
-        .where(
-            entities.c.session_id == sa.bindparam("session_id"),
-            entities.c.name_key.in_(keys) if keyed is None else keyed,
-        )
+        .where(entities.c.session_id == sa.bindparam("session_id"), entities.c.name_key.in_(keys))
     )
 
 
-def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
+def _recall_lateral(aged: bool = False) -> Any:
     """Postgres: the session's entities keyed ``:keys`` (unique index), each joined
     LATERAL to its newest ``:limit`` snippets (the contexts index led by entity_id, read
-    backwards and cut at the limit). ``aged`` adds each snippet's creation time;
-    ``keyed`` replaces the filter on the entities' keys."""
+    backwards and cut at the limit). ``aged`` adds each snippet's creation time."""
     age = (contexts.c.created_at,) if aged else ()
     newest = (
         sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"), *age)
@@ -117,18 +112,19 @@ def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
         .limit(sa.bindparam("limit"))
         .lateral("newest")
     )
-    selected = sa.select(
-        *ENTITY_SELECT,
-        newest.c.text,
-        newest.c.turn_seq,
-        newest.c.context_id,
-        *((newest.c.created_at,) if aged else ()),
-    )
-    return selected.join_from(entities, newest, sa.true()).where(
-        entities.c.session_id == sa.bindparam("session_id"),
-        entities.c.name_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String)))
-        if keyed is None
-        else keyed,
+    return (
+        sa.select(
+            *ENTITY_SELECT,
+            newest.c.text,
+            newest.c.turn_seq,
+            newest.c.context_id,
+            *((newest.c.created_at,) if aged else ()),
+        )
+        .join_from(entities, newest, sa.true())
+        .where(
+            entities.c.session_id == sa.bindparam("session_id"),
+            entities.c.name_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String))),
+        )
     )
 
 
