@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ..db.engine import Store
-from ..db.unit_of_work import SessionLock, Transaction
+from ..db.pipeline import write_pipelined
+from ..db.unit_of_work import SessionLock, SessionLockStatements, Transaction
 from ..identity.resolution import KnownKeyRules, Resolver, check_key_rules
 from ..identity.statements import IdentityStatements
 from ..model.names import FOLD_V1, KEY_RULES, KeyRules
@@ -24,7 +25,9 @@ from ..model.records import EntityRecord, Mention, NewTurn, SessionStats
 from ..retention.policies import Visibility
 from .attachment import Attachment, insert_turns, upsert_entities
 from .history import PAGE_SIZE, TurnHistory
+from .resolving_recall import ResolvingRecall, split_rows
 from .rows import entity_record, new_outcome_row, new_turn_row
+from .single_trip import SingleTripSave
 from .statements import TurnStatements
 
 __all__ = ["PAGE_SIZE", "Attachment", "Repository", "insert_turns", "recalled", "upsert_entities"]
@@ -44,6 +47,12 @@ class Repository(TurnHistory):
         self._resolver = Resolver(self._identity, rules) if rules is not None else None
         self.resolver = self._resolver
         self._known = store.statements(KnownKeyRules).checked
+        self._resolving = store.statements(ResolvingRecall)
+        self._single_trip = (
+            store.statements(SingleTripSave)
+            if store.dialect == "postgresql" and rules is not None
+            else None
+        )
 
     def _checked_rules(self, session_id: str) -> Callable[[Transaction, float], None]:
         """What a save runs first: the session's key rules checked (and recorded by its
@@ -65,8 +74,33 @@ class Repository(TurnHistory):
 
     def save_turn(self, session_id: str, turn: NewTurn) -> int | None:
         """Store one turn with its entities and snippets; None if its idempotency key was
-        already used in this session."""
+        already used in this session. On Postgres, a turn whose names need no resolution
+        is saved in one round trip (:mod:`single_trip`)."""
+        if self._single_trip is not None and self._single_trip_fits(session_id, turn):
+            resolved, turn_id = self._save_in_one_trip(session_id, turn)
+            if resolved:
+                return turn_id
         return self.store.write(*self.save_turn_work(session_id, turn))
+
+    def _single_trip_fits(self, session_id: str, turn: NewTurn) -> bool:
+        return self._checked_rules(session_id) is _nothing and SingleTripSave.fits(turn)
+
+    def _save_in_one_trip(self, session_id: str, turn: NewTurn) -> tuple[bool, int | None]:
+        """The turn saved by one statement after the session's lock, in one pipeline:
+        (True, its id, or None for an idempotency key used before); (False, None), with
+        nothing written, when its names need resolution."""
+        assert self._single_trip is not None
+        lock = self.store.statements(SessionLockStatements).shared
+        [row] = write_pipelined(
+            self.store,
+            [
+                (lock, {"session_id": session_id}),
+                (self._single_trip.statement, SingleTripSave.values(session_id, turn)),
+            ],
+        )
+        if row.resolution_needed:
+            return False, None
+        return True, None if row.turn_id is None else int(row.turn_id)
 
     def save_turn_work(
         self, session_id: str, turn: NewTurn
@@ -201,8 +235,8 @@ class Repository(TurnHistory):
     ) -> list[tuple[EntityRecord, list[str]]]:
         """The entities the mentions name that have snippets, in the order of the mentions,
         each with its last ``limit`` snippets (oldest first). The mentions are resolved
-        (aliases, titled forms) by one statement, then recalled by one statement (on
-        SQLite, one per ``RECALL_CHUNK`` keys), with no transaction around them."""
+        (aliases, titled forms) in the statement that reads the snippets, with no
+        transaction around it (:mod:`resolving_recall`)."""
         rows, unique = self.store.read(self.recall_work(session_id, mentions, limit, visible))
         return recalled(rows, unique, visible)
 
@@ -213,32 +247,37 @@ class Repository(TurnHistory):
         limit: int,
         visible: Visibility | None,
     ) -> Callable[[Transaction], tuple[list[Any], list[str]]]:
-        """The recall statements' rows and the keys recalled, in order (:func:`recalled`
-        makes them the result)."""
+        """The recall's snippet rows and the keys recalled, in order (:func:`recalled`
+        makes them the result). On Postgres one statement resolves the mentions and reads
+        the snippets; on SQLite, where resolving costs more than a statement, the mentions'
+        own keys are read first, and only if one of them names no entity with snippets is
+        that statement run."""
         resolver = self._resolver
         aged = visible is not None
-
-        def recall(transaction: Transaction, keys: list[str]) -> list[Any]:
-            batches = self._statements.recall_batches(session_id, keys, limit, aged=aged)
-            return [
-                row for statement, values in batches for row in transaction.run(statement, values)
-            ]
+        own = list(dict.fromkeys(m.key for m in mentions))
+        first = []
+        if resolver is None or self.store.dialect == "sqlite":
+            first = self._statements.recall_batches(session_id, own, limit, aged=aged)
+        resolving = self._resolving.statement(aged)
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
-            # Mentions of entities by their own keys (the usual case) take one statement;
-            # only the others are resolved (aliases, titled forms), and recalled after.
-            own = list(dict.fromkeys(m.key for m in mentions))
-            rows = recall(transaction, own)
-            found = {row.name_key for row in rows}
-            missing = [m for m in mentions if m.key not in found]
-            if resolver is None or not missing:
+            rows = [
+                row for statement, values in first for row in transaction.run(statement, values)
+            ]
+            if resolver is None:
                 return rows, own
-            targets = resolver.targets(transaction, session_id, missing)
+            if first and {row.name_key for row in rows} >= set(own):
+                return rows, own
+            if not mentions:
+                return [], []
+            values = ResolvingRecall.values(session_id, mentions, limit)
+            rows, candidates = split_rows(transaction.run(resolving, values))
+            targets = resolver.targets_among(candidates, mentions)
             unique = list(
                 dict.fromkeys(targets[m.key].key if m.key in targets else m.key for m in mentions)
             )
-            more = [key for key in unique if key not in found and key not in own]
-            return (rows + recall(transaction, more) if more else rows), unique
+            wanted = set(unique)
+            return [row for row in rows if row.name_key in wanted], unique
 
         return work
 
