@@ -1,19 +1,24 @@
 """Service throughput: a chat service on one shared Store, as a new user would build it.
 
-An ASGI app (served by uvicorn on 127.0.0.1, in a child process) answers ``POST /chat``:
-a new memory for the customer's session, ``aload_memory_variables``, a fake chat call of
-300 ms (``asyncio.sleep``), then ``asave_context`` with the message id as
-``idempotency_key``. Extraction is a fake LLM taking 0 or 200 ms, async (``agenerate``,
-``asyncio.sleep``) or sync (``generate``, ``time.sleep``, on the store's LLM threads).
+The FastAPI app as the README writes it (served by uvicorn on 127.0.0.1, in a child
+process; :mod:`benchmarks.service_apps`) answers ``POST /chat``: a new memory for the
+customer's session, ``aload_memory_variables``, a fake chat call of 300 ms
+(``asyncio.sleep``), then ``asave_context`` with the message id as ``idempotency_key``.
+Extraction is a fake LLM taking 0 or 200 ms, async (``agenerate``, ``asyncio.sleep``) or
+sync (``generate``, ``time.sleep``, on the store's LLM threads). In the same run, the
+control: the same app with the memory calls replaced by the extraction calls they make.
 
 The load generator runs one client per customer (its own ``httpx.AsyncClient``), each
 sending its next message as soon as the last is answered, and checks every answer's
 recall exactly against the customer's own history: a snippet of another session, a lost
 turn or a wrong order is an error. It prints requests/s against the ideal
-``C / (0.3 s + two extraction calls)``, p50/p95/p99 latency and the errors::
+``C / (0.3 s + two extraction calls)`` for the app and its control, their ratio, the
+server's CPU per request (the memory's share: the app's minus the control's),
+p50/p95/p99 latency and the errors::
 
-    python -m benchmarks.service                      # everything, ~6 minutes
-    python -m benchmarks.service --backend postgres --llm async --delay 0.2 --customers 200
+    python -m benchmarks.service                      # async LLM, both backends, ~8 minutes
+    python -m benchmarks.service --backend postgres --delay 0.2 --customers 200
+    python -m benchmarks.service --apps asgi --llm sync    # the raw ASGI app, a sync LLM
 
 Postgres comes from ``ZERDA_BENCH_POSTGRES_URL`` (an admin URL); each run makes a fresh
 database and drops it.
@@ -26,7 +31,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import socket
 import statistics
 import subprocess
@@ -34,116 +38,29 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
+from benchmarks import service_apps
 from benchmarks.databases import POSTGRES_ADMIN_URL
+from benchmarks.service_apps import CHAT_SECONDS, AsyncFakeLLM, SyncFakeLLM
 
-CHAT_SECONDS = 0.3
-NAME = re.compile(r"\b[A-Z][A-Za-z0-9]{2,}\b")
 HEADER = "Previous information about {name}:"
+# The server's CPU time (user + system) is read from /proc in clock ticks.
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # -- the service ------------------------------------------------------------------------
-
-
-class AsyncFakeLLM:
-    """An extraction model that answers after ``delay`` seconds, awaited on the loop."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-
-    async def agenerate(self, prompt: str, max_tokens: int = 100) -> str:
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        return ", ".join(dict.fromkeys(NAME.findall(prompt)))
-
-
-class SyncFakeLLM:
-    """The same model behind a blocking ``generate``."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-
-    def generate(self, prompt: str, max_tokens: int = 100) -> str:
-        if self.delay:
-            time.sleep(self.delay)
-        return ", ".join(dict.fromkeys(NAME.findall(prompt)))
-
-
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-def make_app(url: str, llm: Any, llm_workers: int, pool_size: int = 10) -> Any:
-    """A raw ASGI app: lifespan opens and closes the one Store; POST /chat is one turn."""
-    from zerda_store import ConversationEntityMemory, Store
-
-    state: dict[str, Any] = {}
-
-    async def lifespan(receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                store = Store(url, llm_workers=llm_workers, async_pool_size=pool_size)
-                # Checks (SQLite: makes) the schema once, before the first request.
-                ConversationEntityMemory(store=store, auto_migrate=True)
-                state["store"] = store
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await state["store"].aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
-    async def chat(body: dict[str, Any]) -> dict[str, Any]:
-        memory = ConversationEntityMemory(
-            llm,
-            store=state["store"],
-            session_id=body["customer"],
-            entity_extraction_prompt="{text}",
-        )
-        began = time.monotonic()
-        recalled = await memory.aload_memory_variables({"input": body["text"]})
-        loaded = time.monotonic()
-        await asyncio.sleep(CHAT_SECONDS)  # the chat model
-        answer = f"noted {body['message_id']}"
-        chatted = time.monotonic()
-        await memory.asave_context(
-            {"input": body["text"]}, {"output": answer}, idempotency_key=body["message_id"]
-        )
-        phases = [loaded - began, chatted - loaded, time.monotonic() - chatted]
-        return {"recalled": recalled["entity_info"], "answer": answer, "phases": phases}
-
-    async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        try:
-            status, payload = 200, await chat(json.loads(raw))
-        except Exception as exc:
-            status, payload = 500, {"error": f"{type(exc).__name__}: {exc}"}
-        body = json.dumps(payload).encode()
-        headers = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    return app
 
 
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     llm = (AsyncFakeLLM if args.llm == "async" else SyncFakeLLM)(args.delay)
-    app = make_app(args.url, llm, args.llm_workers, args.pool_size)
+    app = service_apps.make(args.app, args.url, llm, args.llm_workers, args.pool_size)
     uvicorn.run(
         app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on", backlog=4096
     )
@@ -184,6 +101,7 @@ class Run:
     phases: list[list[float]] = field(default_factory=list)  # load, chat, save (server side)
     errors: list[str] = field(default_factory=list)
     mismatches: int = 0
+    server_cpu: float = 0.0  # the server's CPU seconds inside the measured window
 
 
 class Window:
@@ -226,7 +144,7 @@ async def customer_loop(customer: Customer, port: int, run: Run, window: Window)
             if response.status_code != 200:
                 run.errors.append(payload.get("error", str(response.status_code)))
                 continue
-            if payload["recalled"] != customer.expected():
+            if payload["recalled"] is not None and payload["recalled"] != customer.expected():
                 run.mismatches += 1
                 if run.mismatches <= 3:
                     print(f"  recall mismatch for {customer.session}: {payload['recalled']!r}")
@@ -250,11 +168,28 @@ async def httpx_client(options: dict[str, Any]) -> AsyncIterator[Any]:
         yield client
 
 
-async def load(port: int, customers: int, warmup: float, duration: float) -> Run:
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (user + system), from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+async def server_cpu(pid: int, run: Run, window: Window) -> None:
+    await window.opened.wait()
+    await asyncio.sleep(max(0.0, window.start - time.monotonic()))
+    began = cpu_seconds(pid)
+    await asyncio.sleep(max(0.0, window.stop - time.monotonic()))
+    run.server_cpu = cpu_seconds(pid) - began
+
+
+async def load(port: int, pid: int, customers: int, warmup: float, duration: float) -> Run:
     run = Run()
     window = Window(customers, warmup, duration)
     people = [Customer(i) for i in range(customers)]
-    await asyncio.gather(*(customer_loop(c, port, run, window) for c in people))
+    await asyncio.gather(
+        server_cpu(pid, run, window), *(customer_loop(c, port, run, window) for c in people)
+    )
     return run
 
 
@@ -315,19 +250,19 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
 
 
 def one_run(
-    args: argparse.Namespace, backend: str, llm: str, delay: float, c: int
+    args: argparse.Namespace, app: str, backend: str, llm: str, delay: float, c: int
 ) -> dict[str, Any]:
     with fresh_database(backend) as url:
         port = free_port()
         command = [
-            sys.executable, "-m", "benchmarks.service", "serve", "--url", url,
+            sys.executable, "-m", "benchmarks.service", "serve", "--url", url, "--app", app,
             "--llm", llm, "--delay", str(delay), "--port", str(port),
             "--llm-workers", str(args.llm_workers), "--pool-size", str(args.pool_size),
         ]  # fmt: skip
         process = subprocess.Popen(command)
         try:
             wait_for_port(port, process)
-            run = _run_loop(load(port, c, args.warmup, args.duration))
+            run = _run_loop(load(port, process.pid, c, args.warmup, args.duration))
         finally:
             process.terminate()
             process.wait(30)
@@ -335,6 +270,7 @@ def one_run(
     done = len(run.latencies)
     quantiles = statistics.quantiles(run.latencies, n=100) if done > 1 else [0.0] * 99
     return {
+        "app": app,
         "backend": backend,
         "llm": llm,
         "delay": delay,
@@ -346,6 +282,7 @@ def one_run(
         "p95": quantiles[94],
         "p99": quantiles[98],
         "server_p50": [statistics.median(p) if p else 0.0 for p in zip(*run.phases, strict=True)],
+        "cpu_ms": 1000 * run.server_cpu / done if done else 0.0,
         "errors": len(run.errors),
         "mismatches": run.mismatches,
         "first_error": run.errors[0] if run.errors else "",
@@ -354,8 +291,9 @@ def one_run(
 
 def report(row: dict[str, Any]) -> None:
     print(
-        f"| {row['backend']:8} | {row['llm']:5} | {row['delay'] * 1000:4.0f} ms | {row['customers']:4} "
-        f"| {row['rps']:7.1f} | {row['ideal']:7.1f} | {row['percent']:5.1f}% "
+        f"| {row['app']:7} | {row['backend']:8} | {row['llm']:5} | {row['delay'] * 1000:4.0f} ms "
+        f"| {row['customers']:4} | {row['rps']:7.1f} | {row['ideal']:7.1f} | {row['percent']:5.1f}% "
+        f"| {row['cpu_ms']:5.2f} "
         f"| {row['p50'] * 1000:6.0f} | {row['p95'] * 1000:6.0f} | {row['p99'] * 1000:6.0f} "
         f"| {row['errors']} | {row['mismatches']} "
         f"| {' / '.join(f'{p * 1000:.0f}' for p in row['server_p50'])} |",
@@ -365,14 +303,28 @@ def report(row: dict[str, Any]) -> None:
         print(f"  first error: {row['first_error']}", flush=True)
 
 
+def report_ratio(app: dict[str, Any], control: dict[str, Any]) -> None:
+    """The app against its control in the same run: throughput ratio, the memory's CPU."""
+    ratio = app["rps"] / control["rps"] if control["rps"] else 0.0
+    print(
+        f"  {app['app']} / control: {100 * ratio:.1f}% of the control's throughput; "
+        f"the memory's share of server CPU: {app['cpu_ms'] - control['cpu_ms']:.2f} ms/request",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command")
     child = sub.add_parser("serve")
     child.add_argument("--url", required=True)
     child.add_argument("--port", type=int, required=True)
+    child.add_argument("--app", choices=["fastapi", "control", "asgi"], default="fastapi")
+    parser.add_argument(
+        "--apps", choices=["fastapi", "asgi"], default="fastapi", help="measured with a control"
+    )
     for each in (parser, child):
-        each.add_argument("--llm", choices=["async", "sync", "both"], default="both")
+        each.add_argument("--llm", choices=["async", "sync", "both"], default="async")
         each.add_argument("--delay", type=float, action="append")
         each.add_argument("--llm-workers", type=int, default=32)
         each.add_argument("--pool-size", type=int, default=10)
@@ -389,8 +341,8 @@ def main() -> None:
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     llms = ["async", "sync"] if args.llm == "both" else [args.llm]
     print(
-        "| backend  | llm   | extr.   | C    |   req/s |   ideal |  % ideal "
-        "|    p50 |    p95 |    p99 | errors | recall mismatches "
+        "| app     | backend  | llm   | extr.   | C    |   req/s |   ideal |  % ideal "
+        "| CPU ms/req |    p50 |    p95 |    p99 | errors | recall mismatches "
         "| server p50 ms: load / chat / save |"
     )
     rows = []
@@ -398,8 +350,10 @@ def main() -> None:
         for llm in llms:
             for delay in args.delay or [0.0, 0.2]:
                 for c in args.customers or [10, 50, 200]:
-                    rows.append(one_run(args, backend, llm, delay, c))
-                    report(rows[-1])
+                    for app in (args.apps, "control"):
+                        rows.append(one_run(args, app, backend, llm, delay, c))
+                        report(rows[-1])
+                    report_ratio(rows[-2], rows[-1])
     if args.json:
         print(json.dumps(rows, indent=2))
 

@@ -1,7 +1,9 @@
 """Alembic environment for zerda_store.
 
-``zerda-store db ...`` and the library pass an open connection (already inside the locked
-migration transaction) through ``config.attributes["connection"]``. Run as plain
+``zerda-store db ...`` and the library pass an open connection, holding the migration
+lock, through ``config.attributes["connection"]``: inside one transaction (SQLite; every
+downgrade), or on Postgres for an upgrade outside any, so that each revision commits on its
+own and releases its locks before the next. Run as plain
 ``alembic``, the URL comes from ``-x url=...`` or ``ZERDA_STORE_DATABASE_URL``.
 """
 
@@ -44,12 +46,19 @@ def run_migrations(connection: Connection) -> None:
             "SQLite migrations must run with foreign keys off: use `zerda-store db upgrade` "
             "or zerda_store.db.migrate, which switch them off and check them afterwards"
         )
+    # Handed over outside a transaction on Postgres, revisions may commit as they go (a
+    # backfill in batches, a constraint validated apart): see 0005.
+    config.attributes["online_ddl"] = (
+        connection.dialect.name == "postgresql" and not connection.in_transaction()
+    )
     context.configure(
         connection=connection,
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_server_default=connection.dialect.name == "postgresql",
-        transaction_per_migration=False,
+        # On Postgres, a connection handed over outside a transaction (`db upgrade`)
+        # commits each revision on its own, releasing its locks before the next.
+        transaction_per_migration=connection.dialect.name == "postgresql",
         include_object=_included(connection.dialect.name),
     )
     with context.begin_transaction():

@@ -4,6 +4,11 @@ database per test.
 Postgres comes from ``ZERDA_TEST_POSTGRES_URL`` (an admin URL; default: the local server as
 user postgres). Without a server the Postgres tests skip with the reason, unless
 ``ZERDA_STORE_REQUIRE_POSTGRES=1`` (set by CI), which turns the skip into a failure.
+
+With ``ZERDA_TEST_CITUS_URL`` (``scripts/test-citus`` sets it) the Postgres databases of
+``empty_database_url``, ``database_url`` and the CLI's populated ones are made on a Citus
+cluster instead, distributed and strict about routing (see ``tests/citus.py``), and only the
+tests that use them, or are marked ``citus``, run.
 """
 
 from __future__ import annotations
@@ -16,13 +21,67 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests import passwords
+from tests import citus, passwords
 from zerda_store import ConversationEntityMemory, Store, migrate
+from zerda_store.db import settings
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "ZERDA_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
 REQUIRE_POSTGRES = os.environ.get("ZERDA_STORE_REQUIRE_POSTGRES") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In the Citus mode, keep the tests of a Citus database; otherwise the tests that need a
+    cluster (marked ``citus``) do not run."""
+    keep = _on_citus if citus.CITUS_URL else lambda item: item.get_closest_marker("citus") is None
+    kept = [item for item in items if keep(item)]
+    config.hook.pytest_deselected(items=[item for item in items if not keep(item)])
+    items[:] = kept
+
+
+def _on_citus(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    citus_params = (params.get(name) for name in ("empty_database_url", "shared_populated"))
+    return item.get_closest_marker("citus") is not None or "postgres" in citus_params
+
+
+@pytest.fixture(scope="session")
+def citus_cluster() -> Iterator[citus.Cluster]:
+    """The Citus cluster of ``ZERDA_TEST_CITUS_URL`` (a failure without one: the tests that
+    ask for it run only in the Citus mode)."""
+    if not citus.CITUS_URL:
+        pytest.fail("ZERDA_TEST_CITUS_URL is not set: run scripts/test-citus")
+    cluster = citus.Cluster(citus.CITUS_URL)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(autouse=True)
+def strict_on_citus(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the Citus mode, the store's connections refuse a statement on more than one shard
+    (unless the test is marked ``fans_out``)."""
+    if not citus.CITUS_URL or request.node.get_closest_marker("fans_out") is not None:
+        return
+    cluster: citus.Cluster = request.getfixturevalue("citus_cluster")
+    cluster.prepare()  # the templates are made through connections that are not strict
+    # The async calls run on the same engine, so this covers them too.
+    monkeypatch.setattr(settings, "engine_options", citus.strict(settings.engine_options))
+
+
+def new_test_database(
+    request: pytest.FixtureRequest, *, at_head: bool
+) -> tuple[str, Callable[[], None]]:
+    """A new Postgres database for the test (at head or empty), and a drop: on the Citus
+    cluster in the Citus mode (distributed when at head), else on the test server."""
+    if citus.CITUS_URL:
+        cluster: citus.Cluster = request.getfixturevalue("citus_cluster")
+        return cluster.new_database(distributed=at_head)
+    url, drop = _new_postgres_database(request.getfixturevalue("postgres_admin"))
+    if at_head:
+        with Store(url) as store:
+            migrate.upgrade(store)
+    return url, drop
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +120,9 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterato
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'memory.db'}"
         return
-    admin = request.getfixturevalue("postgres_admin")
-    url, drop = _new_postgres_database(admin)
+    # In the Citus mode a test of database_url gets the distributed copy at once.
+    distributed = bool(citus.CITUS_URL) and "database_url" in request.fixturenames
+    url, drop = new_test_database(request, at_head=distributed)
     try:
         yield url
     finally:
@@ -71,9 +131,11 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterato
 
 @pytest.fixture
 def database_url(empty_database_url: str) -> str:
-    """A URL of a new database already at the head revision, on each backend."""
-    with Store(empty_database_url) as store:
-        migrate.upgrade(store)
+    """A URL of a new database already at the head revision, on each backend (distributed,
+    in the Citus mode, where ``empty_database_url`` made it so)."""
+    if not (citus.CITUS_URL and empty_database_url.startswith("postgresql")):
+        with Store(empty_database_url) as store:
+            migrate.upgrade(store)
     return empty_database_url
 
 

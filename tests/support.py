@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +38,29 @@ class KeywordLLM:
             if name not in names:
                 names.append(name)
         return ", ".join(names) + self.extra
+
+
+ASYNC_NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
+
+
+class AsyncKeywordLLM(KeywordLLM):
+    """KeywordLLM with only an async ``agenerate``; records the threads it ran on."""
+
+    def __init__(self, vocabulary: Iterable[str] = ASYNC_NAMES, *, delay: float = 0.0) -> None:
+        super().__init__(vocabulary)
+        self.delay = delay
+        self.threads: set[str] = set()
+        self.sync_calls = 0
+
+    def generate(self, prompt: str, max_tokens: int = 256) -> str:
+        self.sync_calls += 1
+        return super().generate(prompt, max_tokens)
+
+    async def agenerate(self, prompt: str, max_tokens: int = 256) -> str:
+        self.threads.add(threading.current_thread().name)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return super().generate(prompt, max_tokens)
 
 
 class FixedLLM:

@@ -6,6 +6,7 @@ from .admin import AdminRepository
 from .db import migrate
 from .db.engine import Store
 from .errors import (
+    CancelledAfterCommitError,
     CommitOutcomeUnknownError,
     DatabaseError,
     DatabaseUnavailableError,
@@ -34,6 +35,7 @@ from .memory.views import Entity
 
 __all__ = [
     "AdminRepository",
+    "CancelledAfterCommitError",
     "CommitOutcomeUnknownError",
     "ConversationEntityMemory",
     "DatabaseError",

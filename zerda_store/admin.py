@@ -17,7 +17,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from .db.engine import Store
-from .db.schema import ANY_SCOPE, contexts, entities, entity_aliases, extractions, turns
+from .db.schema import (
+    ANY_SCOPE,
+    contexts,
+    entities,
+    entity_aliases,
+    extractions,
+    in_same_session,
+    turns,
+)
 from .db.validation import checked_session_id, checked_text
 from .errors import SessionNotEmptyError
 from .model.names import KeyRules
@@ -98,9 +106,9 @@ class AdminRepository:
     def entity_summaries(self, session_id: str) -> list[EntitySummary]:
         """The session's entities with their snippet counts, in first-seen order."""
         counts = (
-            sa.select(contexts.c.entity_id, sa.func.count().label("n"))
+            sa.select(contexts.c.session_id, contexts.c.entity_id, sa.func.count().label("n"))
             .where(contexts.c.session_id == session_id)
-            .group_by(contexts.c.entity_id)
+            .group_by(contexts.c.session_id, contexts.c.entity_id)
             .subquery()
         )
         query = (
@@ -111,7 +119,10 @@ class AdminRepository:
                 entities.c.first_seen,
                 entities.c.last_seen,
             )
-            .outerjoin(counts, counts.c.entity_id == entities.c.id)
+            .outerjoin(
+                counts,
+                in_same_session(counts.c.entity_id, entities.c.id),
+            )
             .where(entities.c.session_id == session_id)
             .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
         )
@@ -138,7 +149,10 @@ class AdminRepository:
                 extractions.c.attempts,
                 extractions.c.updated_at,
             )
-            .outerjoin(extractions, extractions.c.turn_id == turns.c.id)
+            .outerjoin(
+                extractions,
+                in_same_session(extractions.c.turn_id, turns.c.id),
+            )
             .where(turns.c.session_id == session_id)
             .order_by(turns.c.id)
         )
@@ -155,7 +169,10 @@ class AdminRepository:
                 contexts.c.turn_seq,
                 contexts.c.text,
             )
-            .join(entities, entities.c.id == contexts.c.entity_id)
+            .join(
+                entities,
+                in_same_session(entities.c.id, contexts.c.entity_id),
+            )
             .where(contexts.c.session_id == session_id)
             .order_by(
                 entities.c.first_turn_id,

@@ -16,6 +16,12 @@ class CommitOutcomeUnknownError(StoreError):
     """The connection was lost while committing, so whether the write landed is unknown."""
 
 
+class CancelledAfterCommitError(CommitOutcomeUnknownError):
+    """An async write was cancelled after its COMMIT had been sent, too late to stop it: it
+    is stored. Raised instead of the cancellation, so that a cancelled call is never stored
+    without its caller being told."""
+
+
 class SchemaNotCurrentError(StoreError):
     """The database schema is not at the revision this version of zerda_store needs."""
 

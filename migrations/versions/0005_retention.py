@@ -7,6 +7,13 @@ NOT NULL, defaulting to now (for the previous release, which does not write it):
 SQLite by rebuilding the table (batch mode), around which the views that
 read it are dropped and created again (as revisions 0001 and 0003 defined them).
 
+On Postgres, when the revision runs in transactions of its own (``db upgrade``), nothing
+holds the table's lock for long: the column is added nullable with its default (new rows of
+the previous release take it), committed, backfilled in batches of short transactions,
+and made NOT NULL through a check constraint validated first (VALIDATE lets reads and
+writes go on; SET NOT NULL then needs no scan). Re-run after an interruption, it finds
+what is done and goes on.
+
 Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-09
@@ -75,8 +82,47 @@ EPOCH_NOW = {
 }
 
 
+# Rows per short backfill transaction (Postgres, online).
+BATCH_ROWS = 20_000
+IN_BATCH = " AND id >= :low AND id < :high"
+NOT_NULL_CHECK = "ck_contexts_created_at_backfilled"
+NOT_NULL_THROUGH_CHECK = (
+    f"ALTER TABLE contexts DROP CONSTRAINT IF EXISTS {NOT_NULL_CHECK}",
+    f"ALTER TABLE contexts ADD CONSTRAINT {NOT_NULL_CHECK} CHECK (created_at IS NOT NULL) "
+    "NOT VALID",
+    f"ALTER TABLE contexts VALIDATE CONSTRAINT {NOT_NULL_CHECK}",
+    "ALTER TABLE contexts ALTER COLUMN created_at SET NOT NULL",
+    f"ALTER TABLE contexts DROP CONSTRAINT {NOT_NULL_CHECK}",
+)
+# Set by env.py: the revision runs in transactions of its own on Postgres.
+ONLINE_DDL = "online_ddl"
+
+
 def _sqlite() -> bool:
     return op.get_bind().dialect.name == "sqlite"
+
+
+def _online() -> bool:
+    return bool(op.get_context().config.attributes.get(ONLINE_DDL))
+
+
+def _add_created_at_online() -> None:
+    """Postgres: add ``contexts.created_at`` without holding the table's lock for long (see
+    the module's docstring); each statement after the first commit is its own transaction."""
+    bind = op.get_bind()
+    columns = {column["name"] for column in sa.inspect(bind).get_columns("contexts")}
+    if "created_at" not in columns:
+        op.add_column("contexts", sa.Column("created_at", sa.Double(), nullable=True))
+        op.alter_column("contexts", "created_at", server_default=sa.text(EPOCH_NOW["postgresql"]))
+    with op.get_context().autocommit_block():
+        bind = op.get_bind()
+        low, high = bind.exec_driver_sql("SELECT min(id), max(id) FROM contexts").one()
+        for start in range(low or 0, (high or -1) + 1, BATCH_ROWS):
+            batch = {"low": start, "high": start + BATCH_ROWS}
+            bind.execute(sa.text(BACKFILL_FROM_TURNS + IN_BATCH + " AND created_at IS NULL"), batch)
+            bind.execute(sa.text(BACKFILL_NOTES + IN_BATCH), batch)
+        for statement in NOT_NULL_THROUGH_CHECK:
+            bind.exec_driver_sql(statement)
 
 
 def _alter_contexts(change: str) -> None:
@@ -105,6 +151,10 @@ def _alter_contexts(change: str) -> None:
 
 
 def upgrade() -> None:
+    online = _online()
+    if online and sa.inspect(op.get_bind()).has_table("retention_policies"):
+        _add_created_at_online()  # an interrupted run: the table is made
+        return
     op.create_table(
         "retention_policies",
         sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
@@ -115,7 +165,10 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.Double(), nullable=False),
         sa.PrimaryKeyConstraint("session_id", "entity_type", name="pk_retention_policies"),
     )
-    _alter_contexts("add")
+    if online:
+        _add_created_at_online()
+    else:
+        _alter_contexts("add")
 
 
 def downgrade() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cli.helpers import populate, url_maker
-from tests.conftest import _new_postgres_database
+from tests.conftest import new_test_database
 from zerda_store import Store, migrate
 
 
@@ -27,12 +27,12 @@ def shared_populated(request: pytest.FixtureRequest, tmp_path_factory) -> Iterat
     """One populated database per module and backend, for tests that only read it."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('shared') / 'memory.db'}"
-        drop = None
-    else:
-        url, drop = _new_postgres_database(request.getfixturevalue("postgres_admin"))
-    try:
         with Store(url) as store:
             migrate.upgrade(store)
+        drop = None
+    else:
+        url, drop = new_test_database(request, at_head=True)
+    try:
         populate(url_maker(url))
         yield url
     finally:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.cli.helpers import invoke, json_of, succeeded
 
 SUMMARY = re.compile(r"^(\d+) entities, (\d+) turns, (\d+) snippets stored in session 'demo'\.$")
@@ -51,6 +53,7 @@ def test_demo_second_run_recalls_each_snippet_once(tmp_path: Path, monkeypatch):
     assert "remembered:" not in second
 
 
+@pytest.mark.fans_out
 def test_demo_on_the_database_of_the_url(database_url):
     out = succeeded(invoke(database_url, "demo")).stdout
     assert summary(out) == (5, 3, 6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from tests.cli.helpers import (
@@ -157,6 +158,7 @@ def test_forget_with_turns_leaves_no_mention_of_the_name(own_sessions):
     assert "sarah chen" in str(session_rows(populated, globex)["turns"]).casefold()
 
 
+@pytest.mark.fans_out
 def test_forget_of_a_missing_entity_or_session_fails_in_one_line(shared_populated):
     before = json_of(invoke(shared_populated, "stats", "--json"))
     for name, session in (("Nobody", "acme"), ("Sarah Chen", "no-such-session")):

@@ -29,6 +29,9 @@ from tests.cli.helpers import (
 from tests.support import FixedLLM
 from zerda_store.cli import main
 
+# Listings of every session read every shard on Citus.
+pytestmark = pytest.mark.fans_out
+
 STATS_KEYS = {
     "type",
     "entity_count",

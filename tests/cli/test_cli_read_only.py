@@ -11,8 +11,10 @@ import os
 import sqlite3
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
+from tests import citus
 from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
 
 
@@ -109,26 +111,33 @@ def test_a_mistyped_sqlite_path_is_one_line_and_creates_nothing(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+# On Citus the old schema is 0007's: below it the primary keys lack session_id, which Citus
+# refuses on distributed tables (docs/citus.md).
+OLD = "0007" if citus.CITUS_URL else "0003"
+
+
+@pytest.mark.fans_out
 def test_reading_commands_do_not_migrate_an_old_zerda_store_database(database_url, tmp_path):
     url = database_url
-    succeeded(invoke(url, "db", "downgrade", "0003", "--yes"))
+    succeeded(invoke(url, "db", "downgrade", OLD, "--yes"))
     for command in reading_commands(tmp_path):
         if command[:2] == ["db", "current"]:
-            assert succeeded(invoke(url, *command)).stdout.startswith("0003 (head is ")
+            assert succeeded(invoke(url, *command)).stdout.startswith(f"{OLD} (head is ")
             continue
         if command[:2] == ["db", "check"]:
             assert "not up to date" in one_line_error(invoke(url, *command))
             continue
         line = one_line_error(invoke(url, *command))
-        assert "0003" in line and "zerda-store --database-url " in line and "db upgrade`" in line, (
+        assert OLD in line and "zerda-store --database-url " in line and "db upgrade`" in line, (
             command
         )
-    assert succeeded(invoke(url, "db", "current")).stdout.startswith("0003 (head is ")
+    assert succeeded(invoke(url, "db", "current")).stdout.startswith(f"{OLD} (head is ")
 
 
 # -- --read-only -------------------------------------------------------------------------
 
 
+@pytest.mark.fans_out
 def test_read_only_refuses_commands_that_write_and_changes_nothing(populated, tmp_path):
     url = populated
     before = json_of(invoke(url, "stats", "--json"))

@@ -77,6 +77,7 @@ def assert_safe(output: str) -> None:
     assert not found, f"raw control characters reach the terminal: {found}\n{output!r}"
 
 
+@pytest.mark.fans_out
 @pytest.mark.parametrize("command", [["sessions"], ["stats"], ["stats", "--session", SESSION]])
 def test_session_listings_escape_controls_in_session_ids(hostile, command):
     output = terminal_output(hostile, *command)
@@ -114,6 +115,7 @@ def test_the_forget_receipt_escapes_the_name(hostile):
     assert output.startswith(f"forgot '{shown(NAME)}': 1 entity, 1 snippet")
 
 
+@pytest.mark.fans_out
 def test_json_output_keeps_the_stored_text_exactly(hostile):
     sessions = succeeded(invoke(hostile, "sessions", "--json", terminal=True)).stdout
     assert [row["session_id"] for row in json.loads(sessions)] == [SESSION]

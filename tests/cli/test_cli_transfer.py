@@ -258,6 +258,7 @@ def _corrupt_records(lines: list[str], how: str) -> tuple[list[str], int | None]
     raise AssertionError(how)
 
 
+@pytest.mark.fans_out
 @pytest.mark.parametrize(
     "how",
     [
@@ -307,6 +308,7 @@ def test_an_empty_file_is_refused(shared_populated, tmp_path):
     assert set(session_row_counts(shared_populated, "from-empty").values()) == {0}
 
 
+@pytest.mark.fans_out
 def test_a_session_id_the_api_refuses_is_refused_by_import(shared_populated, tmp_path):
     """The API takes session ids of 1 to 255 characters; import must not make others."""
     path = tmp_path / "acme.jsonl"

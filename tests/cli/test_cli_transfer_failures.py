@@ -87,6 +87,7 @@ def test_an_export_cut_short_at_any_line_is_refused_and_writes_nothing(shared_po
         assert set(session_row_counts(shared_populated, f"restored-{keep}").values()) == {0}
 
 
+@pytest.mark.fans_out
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [

@@ -8,6 +8,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cli.helpers import invoke, one_line_error, succeeded, url_maker
 from tests.support import KeywordLLM
 from zerda_store import ConversationEntityMemory
@@ -50,6 +52,7 @@ def test_aliases_survive_export_and_import(database_url, tmp_path):
     assert view(database_url, "t")["bobby"] == "Robert Smith"
 
 
+@pytest.mark.fans_out
 def test_aliases_survive_a_copy_to_another_database(database_url, sqlite_url):
     seed(database_url)
     succeeded(invoke(database_url, "copy", "--to", sqlite_url))

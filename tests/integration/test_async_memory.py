@@ -13,35 +13,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import sqlalchemy as sa
-from sqlalchemy.util import await_
 
-from tests.support import KeywordLLM
+from tests.support import AsyncKeywordLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.turns.repository import Attachment
 
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
 
 pytestmark = pytest.mark.asyncio
-
-
-class AsyncKeywordLLM(KeywordLLM):
-    """KeywordLLM with only an async ``agenerate``; records the threads it ran on."""
-
-    def __init__(self, vocabulary: Any = NAMES, *, delay: float = 0.0) -> None:
-        super().__init__(vocabulary)
-        self.delay = delay
-        self.threads: set[str] = set()
-        self.sync_calls = 0
-
-    def generate(self, prompt: str, max_tokens: int = 256) -> str:
-        self.sync_calls += 1
-        return super().generate(prompt, max_tokens)
-
-    async def agenerate(self, prompt: str, max_tokens: int = 256) -> str:
-        self.threads.add(threading.current_thread().name)
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        return super().generate(prompt, max_tokens)
 
 
 class ThreadRecordingLLM(KeywordLLM):
@@ -72,7 +51,7 @@ def _count(database_url: str, sql: str) -> int:
 
 
 async def _in_use(store: Store) -> int:
-    return (await store.async_connections()).in_use()
+    return store.connections_in_use()
 
 
 async def test_async_api_gives_the_sync_api_results(store: Store) -> None:
@@ -205,12 +184,9 @@ async def test_cancelled_inside_the_transaction_leaves_no_partial_turn(
     run = Attachment.run
 
     def slow_run(self: Attachment, *args: Any) -> None:
-        # After the turn's INSERT, before its snippets: the awaiting task is cancelled here
-        # (Postgres: the attempt's greenlet awaits on the loop; SQLite: the writer thread).
-        if threading.current_thread().name.startswith("zerda-store-sqlite-writer"):
-            time.sleep(0.6)
-        else:
-            await_(asyncio.sleep(5))
+        # After the turn's INSERT, before its snippets (on the store's database thread):
+        # the awaiting task is cancelled here.
+        time.sleep(0.6)
         run(self, *args)
 
     monkeypatch.setattr(Attachment, "run", slow_run)

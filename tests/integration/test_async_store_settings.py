@@ -1,5 +1,5 @@
 """The async path under the store's settings: a read-only store refuses async writes
-before any model call and its async connections cannot write, the async pool gets the
+before any model call and the connections of its async calls cannot write, they get the
 same session settings (lock timeout, read-only, schema), async saves record each
 snippet's ``created_at``, and async reads hide what a retention policy expired exactly as
 the sync reads do."""

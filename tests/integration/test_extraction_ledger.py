@@ -39,7 +39,8 @@ def _ledger(database_url: str) -> list[tuple[Any, ...]]:
                 for row in connection.execute(
                     sa.text(
                         "SELECT x.status, x.extractor, x.error, x.entity_count, x.attempts"
-                        " FROM extractions x JOIN turns t ON t.id = x.turn_id ORDER BY t.id"
+                        " FROM extractions x JOIN turns t"
+                        " ON t.session_id = x.session_id AND t.id = x.turn_id ORDER BY t.id"
                     )
                 )
             ]

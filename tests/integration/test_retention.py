@@ -150,6 +150,7 @@ def test_an_idle_session_expires_whole_and_a_new_save_starts_afresh(memory, cloc
     assert memory.prune() == {"sessions": 0, "turns": 0, "snippets": 0, "entities": 0}
 
 
+@pytest.mark.fans_out
 def test_the_default_policy_applies_to_sessions_without_their_own(make_memory, clock, database_url):
     first = make_memory(extractor=Typed(), session_id="a")
     own = make_memory(extractor=Typed(), session_id="b")
@@ -258,6 +259,7 @@ def test_prune_concurrent_with_saves_loses_no_turn_the_policy_keeps(memory, cloc
     assert saver is memory.store
 
 
+@pytest.mark.fans_out
 def test_forget_and_prune_leave_no_ledger_error_naming_the_erased_data(
     make_memory, clock, database_url
 ):

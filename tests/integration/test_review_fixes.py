@@ -67,7 +67,8 @@ def ledger(database_url: str, session_id: str = "default") -> list[tuple[Any, ..
     return query(
         database_url,
         "SELECT x.status, x.extractor, x.error FROM extractions x"
-        " JOIN turns t ON t.id = x.turn_id WHERE x.session_id = :s ORDER BY t.id",
+        " JOIN turns t ON t.session_id = x.session_id AND t.id = x.turn_id"
+        " WHERE x.session_id = :s ORDER BY t.id",
         s=session_id,
     )[1]
 

@@ -80,3 +80,24 @@ def test_db_rekey_merges_what_the_released_version_saved_under_its_old_keys(
         assert memory.list_entities() == ["Müller", "Zoë"]
         memory.unmerge(crm["merges"][0]["merge_id"])
         assert memory.list_entities() == ["Müller", "Müller", "Zoë"]
+
+
+def test_after_a_downgrade_the_released_version_finds_every_entity_again(
+    empty_database_url: str, server: ReleasedServer, tmp_path: Path
+) -> None:
+    for name in ("Müller", "Muller", "Zoë"):
+        server.ask(f"save {name}")
+    with Store(empty_database_url) as store:
+        migrate.upgrade(store)
+        migrate.downgrade(store, "0004")
+    server.close()
+
+    restarted = ReleasedServer(empty_database_url, "crm", tmp_path)
+    try:
+        assert restarted.ask("save Muller") == "saved"
+        assert restarted.ask("entities") == ["Müller", "Muller", "Zoë"]
+        assert restarted.ask("load Muller") == (
+            "Previous information about Muller:\nMuller called noted\nMuller called noted"
+        )
+    finally:
+        restarted.close()

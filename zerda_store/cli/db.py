@@ -28,6 +28,8 @@ def distribute(obj: Context, dry_run: bool) -> None:
     run prints the statements and exits 1 if anything blocks them."""
     if dry_run:
         plan = distribution.plan(obj.open(reading=True))
+        for table in plan.done:
+            print_text(f"-- already distributed: {table}")
         for statement in plan.statements:
             print_text(f"{statement};")
         for blocker in plan.blockers:
@@ -37,9 +39,16 @@ def distribute(obj: Context, dry_run: bool) -> None:
                 f"db distribute is blocked ({plural(len(plan.blockers), 'blocker')} above)"
             )
         return
-    for statement in distribution.distribute(obj.store):
+    plan = distribution.distribute(obj.store)
+    for table in plan.done:
+        print_text(f"already distributed: {table}")
+    for statement in plan.statements:
         print_text(f"ran: {statement}")
-    click.echo("tables distributed by session_id")
+    click.echo(
+        "tables distributed by session_id"
+        if plan.statements
+        else "every table is distributed already: nothing ran"
+    )
 
 
 def undo_command(merge_id: int, session_id: str) -> str:

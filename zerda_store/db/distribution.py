@@ -12,7 +12,7 @@ while any rule is broken rather than leave a half-distributed database.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -120,16 +120,55 @@ def _paired(row: sa.Row[object]) -> bool:
     return (DISTRIBUTION_COLUMN, DISTRIBUTION_COLUMN) in set(pairs)
 
 
-def statements() -> list[str]:
-    """The Citus calls that distribute zerda_store's tables, in the order they must run."""
-    calls = [f"SELECT create_reference_table('{table}')" for table in REFERENCE_TABLES]
+def statements(done: frozenset[str] = frozenset()) -> list[str]:
+    """The Citus calls that distribute zerda_store's tables, in the order they must run,
+    but for the tables in ``done`` (distributed already)."""
+    calls = [
+        f"SELECT create_reference_table('{table}')"
+        for table in REFERENCE_TABLES
+        if table not in done
+    ]
     anchor = DISTRIBUTED_TABLES[0]
     for table in DISTRIBUTED_TABLES:
+        if table in done:
+            continue
         colocation = "" if table == anchor else f", colocate_with => '{anchor}'"
         calls.append(
             f"SELECT create_distributed_table('{table}', '{DISTRIBUTION_COLUMN}'{colocation})"
         )
     return calls
+
+
+# Citus's own catalog: how each table of the current schema is distributed (if at all).
+_DISTRIBUTED = sa.text(
+    """
+    SELECT c.relname AS "table", p.partmethod AS method, p.repmodel AS replication,
+           CASE WHEN p.partmethod = 'h'
+                THEN column_to_column_name(p.logicalrelid, p.partkey) END AS column_name
+    FROM pg_dist_partition p
+    JOIN pg_class c ON c.oid = p.logicalrelid
+    WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+    """
+)
+_HAS_CATALOG = sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
+
+
+def distributed(connection: Connection) -> dict[str, str]:
+    """The tables Citus distributes already, each with how: ``"by session_id"`` (or another
+    column), ``"reference"``, or ``"local"`` (added to Citus's metadata, not spread)."""
+    if not connection.execute(_HAS_CATALOG).scalar():
+        return {}
+    found = {}
+    for row in connection.execute(_DISTRIBUTED):
+        if row.method == "h":
+            found[row.table] = f"by {row.column_name}"
+        else:
+            found[row.table] = "reference" if row.replication == "t" else "local"
+    return found
+
+
+def _as_planned(table: str) -> str:
+    return "reference" if table in REFERENCE_TABLES else f"by {DISTRIBUTION_COLUMN}"
 
 
 def citus_version(connection: Connection) -> str | None:
@@ -144,6 +183,8 @@ class Plan:
 
     statements: list[str]
     blockers: list[str]
+    # The tables distributed as planned already (a second run leaves them as they are).
+    done: list[str] = field(default_factory=list)
 
 
 def plan(store: Store) -> Plan:
@@ -161,16 +202,27 @@ def plan(store: Store) -> Plan:
             f"`{upgrade_command(store)}` before distributing it"
         )
     with store.connect() as connection:
-        blockers = [] if citus_version(connection) else [_no_citus(store)]
+        installed = citus_version(connection)
+        blockers = [] if installed else [_no_citus(store)]
         blockers += [
             f"{v} (see the README, Running on Citus)" for v in sorted(violations(connection))
         ]
-    return Plan(statements(), blockers)
+        found = distributed(connection) if installed else {}
+    ours = (*REFERENCE_TABLES, *DISTRIBUTED_TABLES)
+    done = [table for table in ours if found.get(table) == _as_planned(table)]
+    blockers += [
+        f"{table} is distributed {found[table]} already, not {_as_planned(table)}: "
+        "undo it (undistribute_table) first"
+        for table in ours
+        if table in found and table not in done
+    ]
+    return Plan(statements(frozenset(done)), blockers, done)
 
 
-def distribute(store: Store) -> list[str]:
-    """Distribute the tables (one transaction, under the migrations' lock); the statements
-    run. Refused, with nothing changed, when anything blocks it: the first blocker is the
+def distribute(store: Store) -> Plan:
+    """Distribute the tables not distributed yet (one transaction, under the migrations'
+    lock); the plan it ran (``done``: the tables it found distributed and left alone).
+    Refused, with nothing changed, when anything blocks it: the first blocker is the
     message."""
     store.check_writable()
     found = plan(store)
@@ -180,7 +232,7 @@ def distribute(store: Store) -> list[str]:
     with migrate.locked_connection(store) as connection:
         for statement in found.statements:
             connection.exec_driver_sql(statement)
-    return found.statements
+    return found
 
 
 def _no_citus(store: Store) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from sqlalchemy import Select, Table, bindparam, func, select
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
@@ -160,8 +161,10 @@ def unnested_rows(table: Table, columns: Sequence[str], shared: Sequence[str] = 
         .table_valued(*unshared, with_ordinality="ordinality")
         .render_derived(name="unnested")
     )
+    # A shared value is cast to its column's type: Citus plans the SELECT apart from the
+    # INSERT and cannot tell an untyped parameter's type.
     selected = [
-        bindparam(column, type_=table.c[column].type).label(column)
+        sql_cast(bindparam(column, type_=table.c[column].type), table.c[column].type).label(column)
         if column in shared
         else rows.c[column]
         for column in columns

@@ -1,5 +1,5 @@
-"""Database URLs and the shared :class:`Store` (its engines' connection settings are in
-:mod:`connection_settings`, its async half in :mod:`async_store`).
+"""Database URLs and the shared :class:`Store` (its engine's connection settings are in
+:mod:`settings`, its async half in :mod:`engine_aio`).
 
 SQLite gets durable commits, a busy timeout, foreign keys, and write transactions that
 begin IMMEDIATE (a deferred read-then-write transaction cannot wait for a concurrent writer
@@ -132,7 +132,11 @@ class Store(AsyncStore):
     connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
     a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
     ``await`` :meth:`aclose`); closing never deletes data. Its async methods
-    (:class:`AsyncStore`) use a second pool, on the async drivers.
+    (:class:`AsyncStore`) run each unit of work whole on one of ``async_pool_size``
+    database threads, on the same pool. The pool keeps a connection for each of those
+    threads and one more, and opens up to 10 more for sync callers; a call that finds no
+    connection (or, async, no thread) free for ``pool_timeout`` seconds raises
+    :class:`PoolExhaustedError`.
 
     ``read_only=True`` opens the database for reading only: it is never created, migrated
     or written (a SQLite file that is not there is a :class:`DatabaseUnavailableError`, a
@@ -174,6 +178,7 @@ class Store(AsyncStore):
                 lock_timeout=self.lock_timeout,
                 read_only=read_only,
                 schema=self.schema,
+                pool_size=async_pool_size + 1,
                 pool_timeout=self.pool_timeout,
             )
         except ImportError as exc:
@@ -225,14 +230,13 @@ class Store(AsyncStore):
         self.close()
 
     def close(self) -> None:
-        """Close the pool's connections (stopping the sweeper first, if it runs); the store
-        cannot be used afterwards. From async code prefer :meth:`aclose`, which also closes
-        the async pool's connections properly (here they are only dropped when an event
-        loop is running)."""
+        """Close every connection of the store (stopping the sweeper first, if it runs, and
+        waiting for the async calls' running units of work); the store cannot be used
+        afterwards. From async code prefer :meth:`aclose`, which waits on a thread."""
         self.stop_sweeper()
         self.closed = True
-        self.drop_connections()
         self.close_async()
+        self.drop_connections()
 
     # The retention sweeper lives in zerda_store.retention.pruning, above this module: imported when
     # started, so that a store without one never loads it.

@@ -116,15 +116,50 @@ def _raw_sqlite(connection: Connection, pragma: str) -> None:
 
 
 @contextmanager
-def locked_connection(store: Store) -> Iterator[Connection]:
+def locked_connection(store: Store, *, per_revision: bool = False) -> Iterator[Connection]:
     """A connection in one transaction that only one migrating process holds at a time.
 
     On SQLite foreign keys are switched off for the duration (batch migrations copy tables)
-    and checked before the commit.
+    and checked before the commit. ``per_revision`` (Postgres only): no transaction around
+    the whole, but a session-level advisory lock, so Alembic commits each revision on its
+    own and the tables' locks are released between revisions (other connections' reads and
+    writes wait for one revision at most, not for the whole upgrade).
     """
     store.check_writable()
+    if per_revision and store.dialect == "postgresql":
+        with _session_locked_connection(store) as connection:
+            yield connection
+        return
     with _alembic_connection(store, locked=True) as connection:
         yield connection
+
+
+@contextmanager
+def _session_locked_connection(store: Store) -> Iterator[Connection]:
+    """A Postgres connection outside any transaction that holds the migration advisory
+    lock for its session, waiting long for it (another deploy job may be migrating)."""
+    with store.connect() as connection:
+        previous = connection.exec_driver_sql("SHOW lock_timeout").scalar()
+        connection.exec_driver_sql(f"SET lock_timeout = {MIGRATION_WAIT_MS}")
+        connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_LOCK_KEY})
+        connection.commit()
+        try:
+            yield connection
+        finally:
+            try:
+                if connection.in_transaction():
+                    connection.rollback()
+                connection.execute(
+                    text("SELECT pg_advisory_unlock(:key)"), {"key": _ADVISORY_LOCK_KEY}
+                )
+                connection.execute(
+                    text("SELECT set_config('lock_timeout', :v, false)"), {"v": previous}
+                )
+                connection.commit()
+            except Exception:
+                # A connection that may still hold the lock must not go back to the pool.
+                connection.invalidate()
+                raise
 
 
 @contextmanager
@@ -185,7 +220,7 @@ def upgrade(
         _prepare_new_schema(store, found)
     elif found.revision not in known_revisions():
         raise unknown_revision_error(store, found)
-    with locked_connection(store) as connection:
+    with locked_connection(store, per_revision=True) as connection:
         if store.schema is not None:
             _create_postgres_schema(connection, store.schema)
         config = alembic_config(connection)
@@ -229,6 +264,9 @@ def _create_postgres_schema(connection: Connection, schema: str) -> None:
     if exists is None:
         quoted = connection.dialect.identifier_preparer.quote_schema(schema)
         connection.exec_driver_sql(f"CREATE SCHEMA {quoted}")
+    if connection.dialect.name == "postgresql" and connection.get_transaction() is not None:
+        # Outside the revisions' transactions (see locked_connection's per_revision).
+        connection.commit()
 
 
 def switch_to_wal(store: Store) -> None:

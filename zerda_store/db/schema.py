@@ -227,6 +227,13 @@ retention_policies = sa.Table(
 )
 
 
+def in_same_session(column: Any, referred: Any) -> Any:
+    """``column = referred`` between two tables (or subqueries), with their ``session_id``
+    equal too: how a join or a correlation between distributed tables must read for Citus
+    (on the ids alone it asks to repartition, or runs on every shard)."""
+    return sa.and_(column.table.c.session_id == referred.table.c.session_id, column == referred)
+
+
 def insert_columns(table: sa.Table) -> tuple[str, ...]:
     """The columns an insert writes: all but the generated id, in the table's order (the
     order SQLAlchemy renders VALUES in)."""

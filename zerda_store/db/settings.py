@@ -1,4 +1,4 @@
-"""Engines with the right connection settings, shared by the sync and the async engines.
+"""Engines with the right connection settings (the sync and the async calls share one).
 
 SQLite gets durable commits, a busy timeout, foreign keys, and write transactions that
 begin IMMEDIATE; a read-only store opens the file ``mode=ro`` (or ``immutable=1`` in a
@@ -87,22 +87,23 @@ def create_store_engine(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     read_only: bool = False,
     schema: str | None = None,
+    pool_size: int = 5,
     pool_timeout: float = DEFAULT_POOL_TIMEOUT,
 ) -> Engine:
     """An engine configured for zerda_store's transactions on SQLite or Postgres; no
     statement waits more than ``lock_timeout`` seconds for a lock, nor more than
-    ``pool_timeout`` for a connection. ``read_only`` opens connections that cannot write;
-    ``schema`` (Postgres) is put first on the search_path."""
+    ``pool_timeout`` for a connection of the pool (``pool_size`` kept, 10 more in
+    overflow). ``read_only`` opens connections that cannot write; ``schema`` (Postgres) is
+    put first on the search_path."""
     driver_url, options = engine_options(url, lock_timeout, schema)
-    options["pool_timeout"] = pool_timeout
+    options.update(pool_size=pool_size, max_overflow=10, pool_timeout=pool_timeout)
     engine = sa.create_engine(driver_url, **options)
     configure(engine, url, durability, lock_timeout, read_only, schema)
     return engine
 
 
 def engine_options(url: URL, lock_timeout: float, schema: str | None) -> tuple[URL, dict[str, Any]]:
-    """The URL to give the driver and the engine's options, shared by the sync and the
-    async engines (:func:`async_store.create_async_store_engine`)."""
+    """The URL to give the driver and the engine's options."""
     _check_supported(url)
     if url.get_backend_name() == "sqlite":
         if schema is not None:
@@ -134,16 +135,12 @@ def configure(
     lock_timeout: float,
     read_only: bool,
     schema: str | None,
-    *,
-    ping: bool = True,
 ) -> None:
-    """The connection settings both paths share (on the async path the listeners see
-    SQLAlchemy's sync-looking adapters of the async connections, inside a greenlet)."""
+    """The settings of every connection the engine opens, and its liveness ping."""
     if url.get_backend_name() == "sqlite":
         _configure_sqlite(engine, url, durability, lock_timeout, read_only)
         return
-    if ping:
-        _ping_on_checkout(engine)
+    _ping_on_checkout(engine)
     # Session settings rather than startup options: the URL's options, PGOPTIONS and
     # poolers that refuse startup options (PgBouncer) are left alone.
     settings = [f"SET lock_timeout = {_milliseconds(lock_timeout)}"]
@@ -154,7 +151,7 @@ def configure(
 
     @event.listens_for(engine, "connect")
     def _apply_settings(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()  # (the async adapter's is no context manager)
+        cursor = dbapi_connection.cursor()
         try:
             for setting in settings:
                 cursor.execute(setting)
@@ -252,7 +249,7 @@ def _open_read_only(dbapi: Any, path: Path, cparams: dict[str, Any]) -> tuple[An
     options = {key: value for key, value in cparams.items() if key != "uri"}
     connection = dbapi.connect(f"{path.as_uri()}?mode=ro", uri=True, **options)
     try:
-        cursor = connection.cursor()  # (the async adapter's execute returns no cursor)
+        cursor = connection.cursor()
         cursor.execute("PRAGMA schema_version")  # reads the file: WAL needs the -shm here
         cursor.close()
         return connection, False

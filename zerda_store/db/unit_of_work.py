@@ -119,14 +119,23 @@ def retryable_read(error: DBAPIError) -> bool:
     return error.connection_invalidated
 
 
-def write(store: Store, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
+def write(
+    store: Store,
+    work: Callable[[Transaction], T],
+    lock: SessionLock | None = None,
+    *,
+    before_commit: Callable[[], None] | None = None,
+) -> T:
     """Run ``work`` in one write transaction, again from scratch after a deadlock, a
     serialization failure or a connection lost before the commit. A connection lost during
-    the COMMIT itself is not retried: the server may have committed."""
+    the COMMIT itself is not retried: the server may have committed. ``before_commit`` runs
+    right before COMMIT is sent; whatever it raises rolls the transaction back."""
     locked_work = locked(store, work, lock)
     return _with_retries(
         store,
-        lambda: attempt(store, locked_work, write=True, snapshot=False),
+        lambda: attempt(
+            store, locked_work, write=True, snapshot=False, before_commit=before_commit
+        ),
         retryable_write,
     )
 
@@ -251,9 +260,8 @@ def _begin(cursor: Cursor, dialect: str, *, write: bool, snapshot: bool) -> None
 
 
 class Connections(Protocol):
-    """Where an attempt takes its connection: the :class:`Store` itself (the sync pool),
-    or the store's async pool (:mod:`async_unit_of_work`), whose driver calls the attempt
-    runs inside a greenlet."""
+    """Where an attempt takes its connection (the :class:`Store`: its pool and the
+    connections it keeps for the next unit of work)."""
 
     @property
     def engine(self) -> Engine: ...
@@ -269,7 +277,12 @@ class Connections(Protocol):
 
 
 def attempt(
-    connections: Connections, work: Callable[[Transaction], T], *, write: bool, snapshot: bool
+    connections: Connections,
+    work: Callable[[Transaction], T],
+    *,
+    write: bool,
+    snapshot: bool,
+    before_commit: Callable[[], None] | None = None,
 ) -> T:
     """One attempt of ``work`` on a pooled driver connection. Driver errors come out as
     SQLAlchemy's :class:`DBAPIError` subclasses; after a lost connection the pool's other
@@ -290,6 +303,8 @@ def attempt(
         _begin(driver, connections.dialect, write=write, snapshot=snapshot)
         result = work(Transaction(driver))
         if write:
+            if before_commit is not None:
+                before_commit()
             committing = True
             dialect.do_commit(connection)
         elif snapshot:

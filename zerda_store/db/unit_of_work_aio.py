@@ -1,42 +1,38 @@
-"""The async unit of work: :mod:`unit_of_work`'s transactions, awaited on the event loop.
+"""The async unit of work: :mod:`unit_of_work`'s transactions, each run whole on one of the
+store's database threads and awaited from the event loop.
 
-The same attempt (:func:`unit_of_work.attempt`), the same work functions, the same
-compiled statements and row readers, the same retry rules and error mapping: only the
-connection differs. It comes from the store's async pool (psycopg's ``AsyncConnection`` on
-Postgres, aiosqlite on SQLite, through SQLAlchemy's asyncio extension), and the attempt
-runs in a greenlet (:func:`sqlalchemy.util.greenlet_spawn`) in which every driver call
-awaits on the event loop: no thread per call, and no second copy of any work function.
+The same attempt, work functions, compiled statements, retry rules and error mapping as
+the sync path, on the same pool: a unit of work is one hop to a thread and one back. Its
+statements run back to back on the thread, so a transaction never waits for the event
+loop: how busy the loop is cannot stretch a transaction (holding its session lock) or
+leave a connection idle in transaction, and the CPU a call costs is the sync path's plus
+the two hops. Threads and pool belong to no event loop, so one store serves any number of
+loops at once (``asyncio.run`` in several threads), and closing it closes every
+connection it opened.
 
-A cancelled call (``asyncio.wait_for``, a client that went away) is thrown into the
-attempt at the driver call it was awaiting: the attempt gives its connection back to
-the pool, which rolls back whatever was left open, before the cancellation goes on.
+``async_pool_size`` threads run the units of work; on SQLite, writes go to one writer
+thread of their own (SQLite has one writer anyway; writers on several threads would wait
+in its busy handler, which polls). A unit of work that finds no thread free for
+``pool_timeout`` seconds fails with :class:`PoolExhaustedError` without running.
 
-On SQLite, writes go to a dedicated writer: one thread per store that runs each write
-transaction whole on the sync path's connection, one hop from the event loop per
-transaction. SQLite has one writer anyway; through aiosqlite each statement would be a
-hop of its own, and on a busy event loop every hop waits its turn in the loop's queue
-while holding SQLite's write lock (measured, 200 concurrent load-and-save turns on a
-2-core machine: 630-770 turns/s through the writer, 290-460 through aiosqlite, with
-30-50% more CPU). Writers in other processes still meet the busy timeout. A cancelled
-write is stopped at its next statement and rolled back; the cancellation waits for that,
-so the connection is back when it returns (a write cancelled during its COMMIT is kept,
-whole).
+A cancelled caller (``asyncio.wait_for``, a client that went away) stops its unit of
+work at the next statement, or right before COMMIT is sent: it rolls back, and the
+cancellation goes on once the connection is back (a statement at most). A cancellation
+that arrives after COMMIT was sent cannot stop it: the caller waits for the COMMIT and,
+if it committed, raises :class:`CancelledAfterCommitError` (a
+:class:`CommitOutcomeUnknownError`) instead of the cancellation, so that a cancelled call
+is never stored without the caller being told.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.util import greenlet_spawn
-
+from ..errors import CancelledAfterCommitError, CommitOutcomeUnknownError
 from . import unit_of_work
 from .unit_of_work import SessionLock, Transaction
 
@@ -46,156 +42,147 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class AsyncConnections:
-    """A store's async pool, bound to the event loop that made it. It stands where the
-    :class:`Store` stands for :func:`unit_of_work.attempt` (``engine``, ``dialect``,
-    ``borrow``, ``give_back``, ``drop_connections``); its methods run in the attempt's
-    greenlet."""
+class DatabaseThreads:
+    """A store's threads for the units of work of async calls."""
 
-    def __init__(
-        self, async_engine: AsyncEngine, unavailable: Callable[[BaseException], Exception]
-    ) -> None:
-        self.async_engine = async_engine
-        self._unavailable = unavailable
-        self.engine: Engine = async_engine.sync_engine
-        self.dialect = self.engine.dialect.name
-        self.loop = asyncio.get_running_loop()
-        self.writer = (
+    def __init__(self, size: int, dialect: str) -> None:
+        self.size = size
+        self._pool = ThreadPoolExecutor(size, thread_name_prefix="zerda-store-db")
+        self._writer = (
             ThreadPoolExecutor(1, thread_name_prefix="zerda-store-sqlite-writer")
-            if self.dialect == "sqlite"
+            if dialect == "sqlite"
             else None
         )
 
-    def borrow(self) -> Any:
-        """A connection of the pool (no liveness ping); a failure to connect is the
-        store's :class:`DatabaseUnavailableError`, its secrets masked, as on the sync path."""
-        try:
-            return self.engine.raw_connection()
-        # A pool's raw connection reports the driver's own error, not SQLAlchemy's.
-        except (DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
-            raise self._unavailable(exc) from None
+    def executor(self, *, write: bool) -> ThreadPoolExecutor:
+        return self._writer if write and self._writer is not None else self._pool
 
-    def give_back(self, connection: Any, *, reusable: bool) -> None:
-        connection.close()  # back to the pool, which rolls back anything left open
-
-    def drop_connections(self) -> None:
-        self.engine.dispose()
-
-    def in_use(self) -> int:
-        """How many of the pool's connections are checked out right now."""
-        return int(self.engine.pool.checkedout())  # type: ignore[attr-defined]
-
-    async def aclose(self) -> None:
-        if self.writer is not None:
-            self.writer.shutdown(wait=False)
-        await self.async_engine.dispose()
-
-    def drop(self) -> None:
-        """Forget the pool's connections without closing them (from sync code while an
-        event loop runs: closing them would need to await)."""
-        if self.writer is not None:
-            self.writer.shutdown(wait=False)
-        self.engine.dispose(close=False)
+    def shutdown(self) -> None:
+        """Wait for the units of work that run (those still queued find the store closed)."""
+        for executor in (self._pool, self._writer):
+            if executor is not None:
+                executor.shutdown(wait=True)
 
 
-class _Cancelled(Exception):
-    """Raised in the SQLite writer at the next statement of a write whose caller was
-    cancelled: the attempt rolls back and gives its connection back."""
+class _Stopped(Exception):
+    """Raised in a unit of work whose caller was cancelled, at its next statement or
+    right before its COMMIT: the attempt rolls back and gives its connection back."""
 
 
-class _CancellableTransaction(Transaction):
-    __slots__ = ("_cancelled", "_transaction")
+class _Gate:
+    """What a cancelled caller and its unit of work's thread agree on: the thread checks
+    it before every statement and before COMMIT; once COMMIT is sent, a cancellation can
+    no longer stop the unit of work."""
 
-    def __init__(self, transaction: Transaction, cancelled: threading.Event) -> None:
+    __slots__ = ("_lock", "cancelled", "committing")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.cancelled = False
+        self.committing = False
+
+    def check(self) -> None:
+        if self.cancelled:
+            raise _Stopped
+
+    def before_commit(self) -> None:
+        with self._lock:
+            if self.cancelled:
+                raise _Stopped
+            self.committing = True
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+
+    def guarded(self, work: Callable[[Transaction], T]) -> Callable[[Transaction], T]:
+        def checked_work(transaction: Transaction) -> T:
+            return work(_GuardedTransaction(transaction, self))
+
+        return checked_work
+
+
+class _GuardedTransaction(Transaction):
+    __slots__ = ("_gate", "_transaction")
+
+    def __init__(self, transaction: Transaction, gate: _Gate) -> None:
         self._transaction = transaction
-        self._cancelled = cancelled
+        self._gate = gate
 
     def run(self, statement: Any, values: Any = None) -> list[Any]:
-        self._check()
+        self._gate.check()
         return self._transaction.run(statement, values)
 
     def count(self, statement: Any, values: Any = None) -> int:
-        self._check()
+        self._gate.check()
         return self._transaction.count(statement, values)
 
     def run_many(self, statement: Any, values: Any) -> int:
-        self._check()
+        self._gate.check()
         return self._transaction.run_many(statement, values)
-
-    def _check(self) -> None:
-        if self._cancelled.is_set():
-            raise _Cancelled
-
-
-async def _on_writer(
-    store: Store, writer: ThreadPoolExecutor, work: Callable[[Transaction], T]
-) -> T:
-    """One SQLite write transaction, whole, on the store's writer thread."""
-    cancelled = threading.Event()
-
-    def cancellable(transaction: Transaction) -> T:
-        return work(_CancellableTransaction(transaction, cancelled))
-
-    def run() -> T:
-        return unit_of_work.attempt(store, cancellable, write=True, snapshot=False)
-
-    future = asyncio.get_running_loop().run_in_executor(writer, run)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        cancelled.set()
-        with contextlib.suppress(BaseException):
-            await future  # rolled back (or committed whole) and given back
-        raise
 
 
 async def write(
     store: Store, work: Callable[[Transaction], T], lock: SessionLock | None = None
 ) -> T:
-    """:func:`unit_of_work.write`, awaited: one write transaction, run again from scratch
-    after a deadlock, a serialization failure or a connection lost before the commit."""
-    connections = await store.async_connections()
-    locked_work = unit_of_work.locked(store, work, lock)
+    """:func:`unit_of_work.write`, awaited: one write transaction on a database thread."""
+    gate = _Gate()
+    guarded = gate.guarded(work)
 
-    async def attempt() -> T:
-        if connections.writer is None:
-            return await _spawn(connections, locked_work, write=True, snapshot=False)
-        return await _on_writer(store, connections.writer, locked_work)
+    def run() -> T:
+        return unit_of_work.write(store, guarded, lock, before_commit=gate.before_commit)
 
-    return await _with_retries(store, attempt, unit_of_work.retryable_write)
+    return await _awaited(store, run, gate, write=True)
 
 
 async def read(store: Store, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
-    """:func:`unit_of_work.read`, awaited."""
-    connections = await store.async_connections()
-    return await _with_retries(
-        store,
-        lambda: _spawn(connections, work, write=False, snapshot=snapshot),
-        unit_of_work.retryable_read,
-    )
+    """:func:`unit_of_work.read`, awaited: on a database thread."""
+    gate = _Gate()
+    guarded = gate.guarded(work)
+
+    def run() -> T:
+        return unit_of_work.read(store, guarded, snapshot=snapshot)
+
+    return await _awaited(store, run, gate, write=False)
 
 
-def _spawn(
-    connections: AsyncConnections,
-    work: Callable[[Transaction], T],
-    *,
-    write: bool,
-    snapshot: bool,
-) -> Awaitable[T]:
-    return greenlet_spawn(unit_of_work.attempt, connections, work, write=write, snapshot=snapshot)
+async def _awaited(store: Store, run: Callable[[], T], gate: _Gate, *, write: bool) -> T:
+    threads = store.database_threads()
+    future = threads.executor(write=write).submit(run)
+    loop = asyncio.get_running_loop()
+    exhausted = False
+
+    def give_up() -> None:
+        nonlocal exhausted
+        exhausted = future.cancel()  # still queued: every thread stayed busy
+
+    timer = loop.call_later(store.pool_timeout, give_up)
+    try:
+        return await asyncio.wrap_future(future, loop=loop)
+    except asyncio.CancelledError:
+        if exhausted:
+            raise store.threads_exhausted(threads.size) from None
+        if future.cancel():  # never started
+            raise
+        gate.cancel()
+        if await _stored_anyway(future, gate):
+            raise CancelledAfterCommitError(
+                "the call was cancelled after its COMMIT had been sent: the write is stored "
+                "(a retry with the same idempotency_key is a no-op)"
+            ) from None
+        raise
+    finally:
+        timer.cancel()
 
 
-async def _with_retries(
-    store: Store,
-    attempt: Callable[[], Awaitable[T]],
-    retryable: Callable[[DBAPIError], bool],
-) -> T:
-    for number in range(1, unit_of_work.WRITE_ATTEMPTS + 1):
-        try:
-            return await attempt()
-        except (unit_of_work.LostCommit, DBAPIError) as exc:
-            raised = unit_of_work.failure(store, exc, number, retryable)
-            if raised is not None:
-                raise raised from raised.__cause__
-        await asyncio.sleep(unit_of_work.backoff(number))
-    raise AssertionError("unreachable")
+async def _stored_anyway(future: Future[Any], gate: _Gate) -> bool:
+    """Wait for a cancelled unit of work to stop (rolled back, its connection back) or to
+    finish the COMMIT it had sent; whether it committed. A connection lost during that
+    COMMIT raises :class:`CommitOutcomeUnknownError`."""
+    try:
+        await asyncio.wrap_future(future)
+    except CommitOutcomeUnknownError:
+        raise
+    except Exception:  # stopped, or failed: rolled back
+        return False
+    return gate.committing

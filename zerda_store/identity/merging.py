@@ -63,25 +63,28 @@ def merge(
     ``alias``: the merged entity's name becomes an alias of the kept one."""
     if kept.id == merged.id:
         raise MergeError(f"{kept.name!r} and {merged.name!r} are one entity already")
+    # Every statement names the session: Citus then runs it on the session's shard alone.
+    session = {"session_id": kept.session_id}
     kept_turns = {
         row.turn_id
-        for row in transaction.run(statements.contexts_of, {"entity_id": kept.id})
+        for row in transaction.run(statements.contexts_of, {**session, "entity_id": kept.id})
         if row.turn_id is not None
     }
-    own = transaction.run(statements.contexts_of, {"entity_id": merged.id})
+    own = transaction.run(statements.contexts_of, {**session, "entity_id": merged.id})
     dropped = [row for row in own if row.turn_id is not None and row.turn_id in kept_turns]
     for row in dropped:
-        transaction.count(statements.delete_context, {"context_id": row.id})
+        transaction.count(statements.delete_context, {**session, "context_id": row.id})
     dropped_ids = {row.id for row in dropped}
     moved = [row.id for row in own if row.id not in dropped_ids]
-    transaction.count(statements.move_contexts, {"from_id": merged.id, "to_id": kept.id})
-    aliases = transaction.run(statements.aliases_of, {"entity_id": merged.id})
-    transaction.count(statements.move_aliases, {"from_id": merged.id, "to_id": kept.id})
-    transaction.count(statements.delete_entity, {"entity_id": merged.id})
+    move = {**session, "from_id": merged.id, "to_id": kept.id}
+    transaction.count(statements.move_contexts, move)
+    aliases = transaction.run(statements.aliases_of, {**session, "entity_id": merged.id})
+    transaction.count(statements.move_aliases, move)
+    transaction.count(statements.delete_entity, {**session, "entity_id": merged.id})
     alias_id = _add_alias(transaction, statements, kept.id, merged, at) if alias else None
     before = _row(kept, _KEPT_FIELDS)
     after = _combined(kept, merged)
-    transaction.count(statements.update_first_last, {"entity_id": kept.id, **after})
+    transaction.count(statements.update_first_last, {**session, "entity_id": kept.id, **after})
     record = {
         "kept_key": kept.name_key,
         "merged": _row(merged, ENTITY_COLUMNS),
@@ -152,7 +155,8 @@ def unmerge(
     if logged.undone_at is not None:
         raise MergeError(f"merge {logged.id} was undone already")
     record = logged.record
-    kept = transaction.run(statements.entity_by_id, {"entity_id": logged.kept_entity_id})
+    session = {"session_id": logged.session_id}
+    kept = transaction.run(statements.entity_by_id, {**session, "entity_id": logged.kept_entity_id})
     if kept and (kept[0].session_id, kept[0].name_key) != (logged.session_id, record["kept_key"]):
         kept = []  # the id is another entity's now
     if not kept:
@@ -165,7 +169,7 @@ def unmerge(
             f"merge {logged.id} cannot be undone: {logged.kept_name!r} is gone ({hint})"
         )
     merged = record["merged"]
-    if transaction.run(statements.entity_by_id, {"entity_id": merged["id"]}):
+    if transaction.run(statements.entity_by_id, {**session, "entity_id": merged["id"]}):
         raise MergeError(
             f"merge {logged.id} cannot be undone: the id of {merged['name']!r} is taken"
         )
@@ -182,21 +186,23 @@ def unmerge(
             f"{merged['name']!r} now"
         )
     if record["alias_id"] is not None:
-        transaction.count(statements.remove_alias, {"alias_id": record["alias_id"]})
+        transaction.count(statements.remove_alias, {**session, "alias_id": record["alias_id"]})
     transaction.count(statements.insert_entity, merged)
-    back = {"from_id": logged.kept_entity_id, "to_id": merged["id"]}
+    back = {**session, "from_id": logged.kept_entity_id, "to_id": merged["id"]}
     for context_id in record["moved_contexts"]:
         transaction.count(statements.context_to, {**back, "context_id": context_id})
     for row in record["dropped_contexts"]:
         if row["turn_id"] is None or transaction.run(
-            statements.turn_exists, {"turn_id": row["turn_id"]}
+            statements.turn_exists, {**session, "turn_id": row["turn_id"]}
         ):
             transaction.count(statements.insert_context, row)
     for alias_id in record["moved_aliases"]:
         transaction.count(statements.alias_to, {**back, "alias_id": alias_id})
     restored = _restored(kept[0], record["kept_before"], record["kept_after"])
-    transaction.count(statements.update_first_last, {"entity_id": kept[0].id, **restored})
-    transaction.count(statements.mark_undone, {"merge_id": logged.id, "undone_at": at})
+    transaction.count(
+        statements.update_first_last, {**session, "entity_id": kept[0].id, **restored}
+    )
+    transaction.count(statements.mark_undone, {**session, "merge_id": logged.id, "undone_at": at})
 
 
 def _restored(now: Any, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -114,6 +114,11 @@ class Rekeying:
             )
             return
         core = identity.core or key
-        values = {"entity_id": row.id, "name_key": key, "core_key": core}
+        values = {
+            "session_id": row.session_id,
+            "entity_id": row.id,
+            "name_key": key,
+            "core_key": core,
+        }
         transaction.count(statements.set_key, values)
         done.rekeyed += 1

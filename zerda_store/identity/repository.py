@@ -54,7 +54,8 @@ class IdentityRepository:
                 statements.alias_by_key, {"session_id": session_id, "alias_key": key}
             )
             if alias:
-                rows = transaction.run(statements.entity_by_id, {"entity_id": alias[0].entity_id})
+                values = {"session_id": session_id, "entity_id": alias[0].entity_id}
+                rows = transaction.run(statements.entity_by_id, values)
         if not rows:
             raise MergeError(f"no entity {name!r} in session {session_id!r}")
         return rows[0]
@@ -109,7 +110,8 @@ class IdentityRepository:
             found = transaction.run(self._statements.alias_by_key, values)
             if not found:
                 return False
-            transaction.count(self._statements.remove_alias, {"alias_id": found[0].id})
+            values = {"session_id": session_id, "alias_id": found[0].id}
+            transaction.count(self._statements.remove_alias, values)
             return True
 
         return bool(self._write(session_id, work))
@@ -122,9 +124,8 @@ class IdentityRepository:
             names: dict[int, str] = {}
             for row in rows:
                 if row.entity_id not in names:
-                    entity = transaction.run(
-                        self._statements.entity_by_id, {"entity_id": row.entity_id}
-                    )
+                    values = {"session_id": session_id, "entity_id": row.entity_id}
+                    entity = transaction.run(self._statements.entity_by_id, values)
                     names[row.entity_id] = entity[0].name if entity else "?"
             return [AliasEntry(names[row.entity_id], row.alias, row.source) for row in rows]
 

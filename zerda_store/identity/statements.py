@@ -13,7 +13,14 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
 from ..db.driver import CompiledStatement, compile_statement
-from ..db.schema import contexts, entities, entity_aliases, entity_merges, session_key_rules
+from ..db.schema import (
+    contexts,
+    entities,
+    entity_aliases,
+    entity_merges,
+    in_same_session,
+    session_key_rules,
+)
 from ..turns.queries import param, session_param
 
 
@@ -48,7 +55,11 @@ def _candidates(dialect: Dialect) -> Any:
                 entity_aliases.c.core_key,
                 entity_aliases.c.alias,
             )
-            .join_from(entity_aliases, entities, entities.c.id == entity_aliases.c.entity_id)
+            .join_from(
+                entity_aliases,
+                entities,
+                in_same_session(entities.c.id, entity_aliases.c.entity_id),
+            )
             .where(entity_aliases.c.session_id == session_param(), _in_list(column, dialect))
         )
 
@@ -84,7 +95,12 @@ class IdentityStatements:
         def compiled(statement: Any) -> CompiledStatement:
             return compile_statement(statement, dialect)
 
+        # Every statement names its session, by-id ones too, so that Citus runs each on the
+        # session's shard alone (ids are unique per session on Postgres).
         in_session = entity_aliases.c.session_id == session_param()
+        entity_in_session = entities.c.session_id == session_param()
+        snippet_in_session = contexts.c.session_id == session_param()
+        merge_in_session = entity_merges.c.session_id == session_param()
         self.candidates = compiled(_candidates(dialect))
         self.add_alias = compiled(
             insert(entity_aliases)
@@ -100,7 +116,7 @@ class IdentityStatements:
             ).where(in_session, entity_aliases.c.alias_key == param("alias_key", sa.Text))
         )
         self.remove_alias = compiled(
-            sa.delete(entity_aliases).where(entity_aliases.c.id == param("alias_id"))
+            sa.delete(entity_aliases).where(in_session, entity_aliases.c.id == param("alias_id"))
         )
         self.aliases_of = compiled(
             sa.select(
@@ -109,7 +125,7 @@ class IdentityStatements:
                 entity_aliases.c.alias_key,
                 entity_aliases.c.source,
             )
-            .where(entity_aliases.c.entity_id == param("entity_id"))
+            .where(in_session, entity_aliases.c.entity_id == param("entity_id"))
             .order_by(entity_aliases.c.id)
         )
         self.session_aliases = compiled(
@@ -124,12 +140,13 @@ class IdentityStatements:
         )
         self.move_aliases = compiled(
             sa.update(entity_aliases)
-            .where(entity_aliases.c.entity_id == param("from_id"))
+            .where(in_session, entity_aliases.c.entity_id == param("from_id"))
             .values(entity_id=param("to_id"))
         )
         self.alias_to = compiled(
             sa.update(entity_aliases)
             .where(
+                in_session,
                 entity_aliases.c.id == param("alias_id"),
                 entity_aliases.c.entity_id == param("from_id"),
             )
@@ -138,20 +155,19 @@ class IdentityStatements:
         # Merges.
         self.entity_by_key = compiled(
             sa.select(*entities.c).where(
-                entities.c.session_id == session_param(),
-                entities.c.name_key == param("key", sa.Text),
+                entity_in_session, entities.c.name_key == param("key", sa.Text)
             )
         )
         self.entity_by_id = compiled(
-            sa.select(*entities.c).where(entities.c.id == param("entity_id"))
+            sa.select(*entities.c).where(entity_in_session, entities.c.id == param("entity_id"))
         )
         self.insert_entity = compiled(sa.insert(entities).values(_values(entities, ENTITY_COLUMNS)))
         self.delete_entity = compiled(
-            sa.delete(entities).where(entities.c.id == param("entity_id"))
+            sa.delete(entities).where(entity_in_session, entities.c.id == param("entity_id"))
         )
         self.update_first_last = compiled(
             sa.update(entities)
-            .where(entities.c.id == param("entity_id"))
+            .where(entity_in_session, entities.c.id == param("entity_id"))
             .values(
                 entity_type=param("entity_type", sa.String),
                 first_seen=param("first_seen", sa.Double),
@@ -172,25 +188,29 @@ class IdentityStatements:
         )
         self.set_key = compiled(
             sa.update(entities)
-            .where(entities.c.id == param("entity_id"))
+            .where(entity_in_session, entities.c.id == param("entity_id"))
             .values(name_key=param("name_key", sa.Text), core_key=param("core_key", sa.Text))
         )
         self.contexts_of = compiled(
             sa.select(*contexts.c)
-            .where(contexts.c.entity_id == param("entity_id"))
+            .where(snippet_in_session, contexts.c.entity_id == param("entity_id"))
             .order_by(contexts.c.id)
         )
         self.delete_context = compiled(
-            sa.delete(contexts).where(contexts.c.id == param("context_id"))
+            sa.delete(contexts).where(snippet_in_session, contexts.c.id == param("context_id"))
         )
         self.move_contexts = compiled(
             sa.update(contexts)
-            .where(contexts.c.entity_id == param("from_id"))
+            .where(snippet_in_session, contexts.c.entity_id == param("from_id"))
             .values(entity_id=param("to_id"))
         )
         self.context_to = compiled(
             sa.update(contexts)
-            .where(contexts.c.id == param("context_id"), contexts.c.entity_id == param("from_id"))
+            .where(
+                snippet_in_session,
+                contexts.c.id == param("context_id"),
+                contexts.c.entity_id == param("from_id"),
+            )
             .values(entity_id=param("to_id"))
         )
         self.insert_context = compiled(
@@ -207,19 +227,16 @@ class IdentityStatements:
         )
         self.merge_by_id = compiled(
             sa.select(*entity_merges.c).where(
-                entity_merges.c.session_id == session_param(),
-                entity_merges.c.id == param("merge_id"),
+                merge_in_session, entity_merges.c.id == param("merge_id")
             )
         )
         self.merges = compiled(
-            sa.select(*entity_merges.c)
-            .where(entity_merges.c.session_id == session_param())
-            .order_by(entity_merges.c.id)
+            sa.select(*entity_merges.c).where(merge_in_session).order_by(entity_merges.c.id)
         )
         self.later_merge_of = compiled(
             sa.select(entity_merges.c.id)
             .where(
-                entity_merges.c.session_id == session_param(),
+                merge_in_session,
                 entity_merges.c.merged_entity_id == param("entity_id"),
                 entity_merges.c.undone_at.is_(None),
             )
@@ -228,13 +245,13 @@ class IdentityStatements:
         )
         self.mark_undone = compiled(
             sa.update(entity_merges)
-            .where(entity_merges.c.id == param("merge_id"))
+            .where(merge_in_session, entity_merges.c.id == param("merge_id"))
             .values(undone_at=param("undone_at", sa.Double))
         )
         self.turn_exists = compiled(
             sa.select(sa.literal(1, sa.Integer).label("one"))
             .select_from(sa.table("turns"))
-            .where(sa.column("id") == param("turn_id"))
+            .where(sa.column("session_id") == session_param(), sa.column("id") == param("turn_id"))
         )
         # Key rules.
         self.record_rules = compiled(

@@ -2,7 +2,7 @@
 
 Each runs the same validation, the same units of work (built once by the repository,
 the erasure and the ledger) and the same retention rules as its sync twin, awaited on the
-store's async pool (:mod:`async_unit_of_work`); extraction awaits an async LLM
+store's database threads (:mod:`zerda_store.db.unit_of_work_aio`); extraction awaits an async LLM
 (``agenerate``) or extractor on the event loop, and runs a synchronous one on the
 store's LLM threads.
 """
@@ -35,7 +35,7 @@ class AsyncMemory:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """:meth:`close` from async code: also closes the async pool properly."""
+        """:meth:`close` from async code: waits for running units of work on a thread."""
         memory = _memory(self)
         if memory._owns_store:
             await memory.store.aclose()
@@ -77,8 +77,10 @@ class AsyncMemory:
         *,
         idempotency_key: str | None = None,
     ) -> None:
-        """:meth:`save_context`, awaited: extraction, then one write transaction on the
-        async pool. Cancelled before the commit, it stores nothing."""
+        """:meth:`save_context`, awaited: extraction, then one write transaction on a
+        database thread. Cancelled before its COMMIT is sent, it stores nothing; cancelled
+        later, it raises :class:`CancelledAfterCommitError` (the turn is stored). Only an
+        ``idempotency_key`` makes a retry after a cancellation or an error safe."""
         memory = _memory(self)
         key = checked_key(idempotency_key)
         texts = memory._texts(inputs, outputs)

@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..db.engine import Store
-from ..db.schema import ANY_SCOPE, contexts, entities, retention_policies, turns
+from ..db.schema import ANY_SCOPE, contexts, entities, in_same_session, retention_policies, turns
 from ..db.unit_of_work import Transaction
 from .policies import Clock, Policies, Visibility, session_lock
 from .statements import PruneStatements
@@ -154,7 +154,12 @@ class Pruner:
         pending: list[dict[str, Any]] = []
         pending_rows = total = 0
         for entity_id, boundary, beyond in self._entities_beyond(session_id, visible):
-            values = {"entity_id": entity_id, "turn_seq": boundary[0], "id": boundary[1]}
+            values = {
+                "session_id": session_id,
+                "entity_id": entity_id,
+                "turn_seq": boundary[0],
+                "id": boundary[1],
+            }
             if beyond >= self.batch_size:  # one entity's long tail: its own batches
                 total += self._delete_beyond(session_id, [values])
                 continue
@@ -180,7 +185,7 @@ class Pruner:
                 keep = visible.keep_last(row.entity_type)
                 if keep is None:
                     continue
-                found = self._read_boundary(row.id, keep)
+                found = self._read_boundary(session_id, row.id, keep)
                 if found is not None:
                     yield row.id, found[0], found[1]
             if len(page) < ENTITY_PAGE:
@@ -191,17 +196,20 @@ class Pruner:
         statement = self._statements.entity_page
         return self.store.read(lambda transaction: transaction.run(statement, values))
 
-    def _read_boundary(self, entity_id: int, keep: int) -> tuple[tuple[int, int], int] | None:
-        return self.store.read(lambda transaction: self._boundary(transaction, entity_id, keep))
+    def _read_boundary(
+        self, session_id: str, entity_id: int, keep: int
+    ) -> tuple[tuple[int, int], int] | None:
+        of_entity = {"session_id": session_id, "entity_id": entity_id}
+        return self.store.read(lambda transaction: self._boundary(transaction, of_entity, keep))
 
     def _boundary(
-        self, transaction: Transaction, entity_id: int, keep: int
+        self, transaction: Transaction, of_entity: dict[str, Any], keep: int
     ) -> tuple[tuple[int, int], int] | None:
         statements = self._statements
-        rows = transaction.run(statements.boundary, {"entity_id": entity_id, "keep": keep})
+        rows = transaction.run(statements.boundary, {**of_entity, "keep": keep})
         if not rows:
             return None
-        values = {"entity_id": entity_id, "turn_seq": rows[0].turn_seq, "id": rows[0].id}
+        values = {**of_entity, "turn_seq": rows[0].turn_seq, "id": rows[0].id}
         count = transaction.run(statements.count_beyond, values)[0].count
         return (rows[0].turn_seq, rows[0].id), int(count)
 
@@ -238,8 +246,14 @@ class Pruner:
         )
         survivors = (
             sa.select(contexts.c.entity_id, entity_type, recency.label("recency"))
-            .join(entities, entities.c.id == contexts.c.entity_id)
-            .outerjoin(turns, turns.c.id == contexts.c.turn_id)
+            .join(
+                entities,
+                in_same_session(entities.c.id, contexts.c.entity_id),
+            )
+            .outerjoin(
+                turns,
+                in_same_session(turns.c.id, contexts.c.turn_id),
+            )
             .where(contexts.c.session_id == session_id, ~expired)
             .subquery()
         )

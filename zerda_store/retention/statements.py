@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 from ..db.driver import CompiledStatement, compile_statement
-from ..db.schema import contexts, entities, turns
+from ..db.schema import contexts, entities, in_same_session, turns
 from ..turns.queries import param, session_param
 from .policies import cutoff_case
 
@@ -23,17 +23,25 @@ class PruneStatements:
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
+        # Every statement names the session of each table it reads, subqueries too: Citus
+        # then runs it on the session's shard alone.
         in_session = turns.c.session_id == session_param()
+        snippets_in_session = contexts.c.session_id == session_param()
+        entities_in_session = entities.c.session_id == session_param()
         old_turns = _limited(
             sa.select(turns.c.id)
             .where(in_session, turns.c.created_at < param("turn_cutoff", sa.Double))
             .order_by(turns.c.id)
         )
         self.count_turn_snippets = self._compiled(
-            sa.select(sa.func.count().label("count")).where(contexts.c.turn_id.in_(old_turns))
+            sa.select(sa.func.count().label("count")).where(
+                snippets_in_session, contexts.c.turn_id.in_(old_turns)
+            )
         )
-        self.delete_old_turns = self._compiled(turns.delete().where(turns.c.id.in_(old_turns)))
-        of_entity = contexts.c.entity_id == param("entity_id")
+        self.delete_old_turns = self._compiled(
+            turns.delete().where(in_session, turns.c.id.in_(old_turns))
+        )
+        of_entity = sa.and_(snippets_in_session, contexts.c.entity_id == param("entity_id"))
         self.boundary = self._compiled(
             sa.select(contexts.c.turn_seq, contexts.c.id)
             .where(of_entity)
@@ -49,31 +57,36 @@ class PruneStatements:
         )
         self.delete_beyond = self._compiled(
             contexts.delete().where(
+                snippets_in_session,
                 contexts.c.id.in_(
                     _limited(
                         sa.select(contexts.c.id)
                         .where(of_entity, at_or_before)
                         .order_by(contexts.c.turn_seq, contexts.c.id)
                     )
-                )
+                ),
             )
         )
         self.entity_page = self._compiled(
             sa.select(entities.c.id, entities.c.entity_type)
-            .where(entities.c.session_id == session_param(), entities.c.id > param("after"))
+            .where(entities_in_session, entities.c.id > param("after"))
             .order_by(entities.c.id)
             .limit(param("limit"))
         )
-        has_snippet = sa.exists().where(contexts.c.entity_id == entities.c.id)
+        has_snippet = sa.exists().where(
+            snippets_in_session,
+            in_same_session(contexts.c.entity_id, entities.c.id),
+        )
         self.delete_orphans = self._compiled(
             entities.delete().where(
+                entities_in_session,
                 entities.c.id.in_(
                     _limited(
                         sa.select(entities.c.id)
-                        .where(entities.c.session_id == session_param(), ~has_snippet)
+                        .where(entities_in_session, ~has_snippet)
                         .order_by(entities.c.id)
                     )
-                )
+                ),
             )
         )
         self._old_snippets: dict[int, CompiledStatement] = {}
@@ -87,13 +100,20 @@ class PruneStatements:
         if statement is None:
             old = (
                 sa.select(contexts.c.id)
-                .join(entities, entities.c.id == contexts.c.entity_id)
+                .join(
+                    entities,
+                    in_same_session(entities.c.id, contexts.c.entity_id),
+                )
                 .where(
                     contexts.c.session_id == session_param(),
                     contexts.c.created_at < cutoff_case(entities.c.entity_type, types),
                 )
                 .order_by(contexts.c.id)
             )
-            statement = self._compiled(contexts.delete().where(contexts.c.id.in_(_limited(old))))
+            statement = self._compiled(
+                contexts.delete().where(
+                    contexts.c.session_id == session_param(), contexts.c.id.in_(_limited(old))
+                )
+            )
             self._old_snippets[types] = statement
         return statement

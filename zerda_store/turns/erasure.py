@@ -18,7 +18,15 @@ from sqlalchemy.engine import Dialect
 
 from ..db.driver import compile_statement
 from ..db.engine import Store
-from ..db.schema import contexts, entities, entity_aliases, entity_merges, extractions, turns
+from ..db.schema import (
+    contexts,
+    entities,
+    entity_aliases,
+    entity_merges,
+    extractions,
+    in_same_session,
+    turns,
+)
 from ..db.unit_of_work import SessionLock, Transaction
 from ..identity.statements import IdentityStatements
 from ..model.names import name_key
@@ -37,21 +45,28 @@ class ErasureStatements:
         def compiled(statement: Any) -> Any:
             return compile_statement(statement, dialect)
 
+        # Every statement names the session of each table it reads, subqueries too, so that
+        # Citus runs it on the session's shard alone.
         entity = param("entity_id")
+        snippets_in_session = contexts.c.session_id == session_param()
+        turns_in_session = turns.c.session_id == session_param()
         turns_of_entity = sa.select(contexts.c.turn_id).where(
-            contexts.c.entity_id == entity, contexts.c.turn_id.is_not(None)
+            snippets_in_session, contexts.c.entity_id == entity, contexts.c.turn_id.is_not(None)
         )
         self.turns_naming = compiled(
-            sa.select(turns.c.id, turns.c.entity_names).where(turns.c.id.in_(turns_of_entity))
+            sa.select(turns.c.id, turns.c.entity_names).where(
+                turns_in_session, turns.c.id.in_(turns_of_entity)
+            )
         )
         self.set_names = compiled(
             turns.update()
-            .where(turns.c.id == param("turn_id"))
+            .where(turns_in_session, turns.c.id == param("turn_id"))
             .values(entity_names=param("names", turns.c.entity_names.type))
         )
         self.count_snippets_with_turns = compiled(
             sa.select(sa.func.count().label("count")).where(
-                sa.or_(contexts.c.entity_id == entity, contexts.c.turn_id.in_(turns_of_entity))
+                snippets_in_session,
+                sa.or_(contexts.c.entity_id == entity, contexts.c.turn_id.in_(turns_of_entity)),
             )
         )
         # Their snippets and ledger rows go with them (ON DELETE CASCADE).
@@ -60,23 +75,38 @@ class ErasureStatements:
                 turns.c.session_id == session_param(), turns.c.id.in_(turns_of_entity)
             )
         )
-        self.delete_turn = compiled(turns.delete().where(turns.c.id == param("turn_id")))
+        self.delete_turn = compiled(
+            turns.delete().where(turns_in_session, turns.c.id == param("turn_id"))
+        )
         self.failed_turns = compiled(
             sa.select(turns.c.id, turns.c.input_text, turns.c.output_text)
-            .join(extractions, extractions.c.turn_id == turns.c.id)
+            .join(
+                extractions,
+                in_same_session(extractions.c.turn_id, turns.c.id),
+            )
             .where(extractions.c.session_id == session_param(), extractions.c.status == "failed")
         )
-        self.delete_snippets = compiled(contexts.delete().where(contexts.c.entity_id == entity))
-        self.delete_entity = compiled(entities.delete().where(entities.c.id == entity))
+        self.delete_snippets = compiled(
+            contexts.delete().where(snippets_in_session, contexts.c.entity_id == entity)
+        )
+        entity_in_session = sa.and_(
+            entities.c.session_id == session_param(), entities.c.id == entity
+        )
+        self.delete_entity = compiled(entities.delete().where(entity_in_session))
         self.named_alongside = compiled(
             sa.select(contexts.c.entity_id)
-            .where(contexts.c.turn_id.in_(turns_of_entity), contexts.c.entity_id != entity)
+            .where(
+                snippets_in_session,
+                contexts.c.turn_id.in_(turns_of_entity),
+                contexts.c.entity_id != entity,
+            )
             .distinct()
         )
-        has_snippets = sa.exists().where(contexts.c.entity_id == entities.c.id)
-        self.delete_if_orphan = compiled(
-            entities.delete().where(entities.c.id == entity, ~has_snippets)
+        has_snippets = sa.exists().where(
+            snippets_in_session,
+            in_same_session(contexts.c.entity_id, entities.c.id),
         )
+        self.delete_if_orphan = compiled(entities.delete().where(entity_in_session, ~has_snippets))
         self.errors_in_session = compiled(
             sa.select(extractions.c.id, extractions.c.error).where(
                 extractions.c.session_id == session_param(), extractions.c.error.is_not(None)
@@ -84,7 +114,9 @@ class ErasureStatements:
         )
         self.erase_error = compiled(
             extractions.update()
-            .where(extractions.c.id == param("ledger_id"))
+            .where(
+                extractions.c.session_id == session_param(), extractions.c.id == param("ledger_id")
+            )
             .values(error=ERASED_ERROR)
         )
         # The merge log holds names and snippet texts: it goes with what it logged.
@@ -152,7 +184,7 @@ class Erasure:
             self._erase_errors_naming(transaction, session_id, entity.key, normalize)
             if with_turns:
                 return self._forget_with_turns(transaction, session_id, entity, normalize)
-            updated = self._drop_name_from_turns(transaction, entity, normalize)
+            updated = self._drop_name_from_turns(transaction, session_id, entity, normalize)
             snippets = self._delete_entity(transaction, session_id, entity)
             return ForgetReceipt(entity.name, 1, snippets, 0, updated)
 
@@ -167,18 +199,16 @@ class Erasure:
         alias = transaction.run(self._identity.alias_by_key, values)
         if not alias:
             return []
-        return transaction.run(self._identity.entity_by_id, {"entity_id": alias[0].entity_id})
+        values = {"session_id": session_id, "entity_id": alias[0].entity_id}
+        return transaction.run(self._identity.entity_by_id, values)
 
     def _delete_entity(
         self, transaction: Transaction, session_id: str, entity: EntityRecord
     ) -> int:
         """Delete the entity, its remaining snippets and the merges it took part in (their
         log holds its names and snippets); how many snippets."""
-        values = {"entity_id": entity.id}
-        transaction.count(
-            self._statements.forget_merges,
-            {"session_id": session_id, "entity_id": entity.id},
-        )
+        values = {"session_id": session_id, "entity_id": entity.id}
+        transaction.count(self._statements.forget_merges, values)
         snippets = transaction.count(self._statements.delete_snippets, values)
         transaction.count(self._statements.delete_entity, values)
         return snippets
@@ -195,11 +225,13 @@ class Erasure:
         # entity back from them.
         failed = self._failed_turns_mentioning(transaction, session_id, entity.key, normalize)
         turns_deleted += transaction.run_many(
-            statements.delete_turn, [{"turn_id": turn_id} for turn_id in failed]
+            statements.delete_turn,
+            [{"session_id": session_id, "turn_id": turn_id} for turn_id in failed],
         )
         self._delete_entity(transaction, session_id, entity)
         orphans = transaction.run_many(
-            statements.delete_if_orphan, [{"entity_id": row.entity_id} for row in others]
+            statements.delete_if_orphan,
+            [{"session_id": session_id, "entity_id": row.entity_id} for row in others],
         )
         return ForgetReceipt(entity.name, 1 + orphans, int(snippets), turns_deleted, 0)
 
@@ -211,7 +243,7 @@ class Erasure:
         rows = transaction.run(self._statements.errors_in_session, {"session_id": session_id})
         pattern = _whole_words(key, normalize)
         naming = [
-            {"ledger_id": row.id}
+            {"session_id": session_id, "ledger_id": row.id}
             for row in rows
             if pattern.search(_searchable(row.error, normalize))
         ]
@@ -229,13 +261,15 @@ class Erasure:
         ]
 
     def _drop_name_from_turns(
-        self, transaction: Transaction, entity: EntityRecord, normalize: bool
+        self, transaction: Transaction, session_id: str, entity: EntityRecord, normalize: bool
     ) -> int:
-        rows = transaction.run(self._statements.turns_naming, {"entity_id": entity.id})
-        aliases = transaction.run(self._identity.aliases_of, {"entity_id": entity.id})
+        of_entity = {"session_id": session_id, "entity_id": entity.id}
+        rows = transaction.run(self._statements.turns_naming, of_entity)
+        aliases = transaction.run(self._identity.aliases_of, of_entity)
         keys = {entity.key, *(alias.alias_key for alias in aliases)}
         updates = [
             {
+                "session_id": session_id,
                 "turn_id": row.id,
                 "names": [
                     name

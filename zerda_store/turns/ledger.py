@@ -14,7 +14,7 @@ from sqlalchemy.engine import Dialect
 
 from ..db.driver import compile_statement
 from ..db.engine import Store
-from ..db.schema import extractions, turns
+from ..db.schema import extractions, in_same_session, turns
 from ..db.unit_of_work import SessionLock, Transaction
 from ..identity.resolution import Resolver
 from ..model.records import Mention, NewTurn, Outcome, PendingTurn
@@ -39,14 +39,21 @@ class LedgerStatements:
                 turns.c.output_text,
                 turns.c.created_at,
             )
-            .join(extractions, extractions.c.turn_id == turns.c.id)
+            .join(
+                extractions,
+                in_same_session(extractions.c.turn_id, turns.c.id),
+            )
             .where(extractions.c.status == "failed")
             .order_by(turns.c.id)
         )
         self.failed = compiled(failed)
         self.failed_in_session = compiled(failed.where(extractions.c.session_id == session_param()))
+        # The session in every statement of a turn: Citus runs each on its shard alone.
+        ledger_of_turn = sa.and_(
+            extractions.c.session_id == session_param(), extractions.c.turn_id == param("turn_id")
+        )
         waiting = sa.select(extractions.c.id).where(
-            extractions.c.turn_id == param("turn_id"), extractions.c.status == "failed"
+            ledger_of_turn, extractions.c.status == "failed"
         )
         # Postgres: the row stays locked until the repair commits; SQLite has one writer.
         self.waiting = compiled(
@@ -54,7 +61,7 @@ class LedgerStatements:
         )
         self.set_names = compiled(
             turns.update()
-            .where(turns.c.id == param("turn_id"))
+            .where(turns.c.session_id == session_param(), turns.c.id == param("turn_id"))
             .values(entity_names=param("names", turns.c.entity_names.type))
         )
         ledger = {
@@ -67,7 +74,7 @@ class LedgerStatements:
         }
         self.record_attempt = compiled(
             extractions.update()
-            .where(extractions.c.turn_id == param("turn_id"))
+            .where(ledger_of_turn)
             .values(attempts=extractions.c.attempts + 1, **ledger)
         )
 
@@ -118,15 +125,16 @@ class Ledger:
         rebuilt = NewTurn(turn.input_text, turn.output_text, mentions, turn.created_at)
         attach = outcome.status == "ok" and bool(mentions)
         attachment = Attachment(self._turn_statements, [rebuilt] if attach else [], self._resolver)
-        attempt = {"turn_id": turn.id, **ledger_values(outcome, len(mentions), at)}
+        of_turn = {"session_id": turn.session_id, "turn_id": turn.id}
+        attempt = {**of_turn, **ledger_values(outcome, len(mentions), at)}
 
         def work(transaction: Transaction) -> bool:
-            if not transaction.run(statements.waiting, {"turn_id": turn.id}):
+            if not transaction.run(statements.waiting, of_turn):
                 return False
             if attach:
                 attachment.run(transaction, turn.session_id, [(turn.id, rebuilt)])
                 names = [mention.name for mention in mentions]
-                transaction.count(statements.set_names, {"turn_id": turn.id, "names": names})
+                transaction.count(statements.set_names, {**of_turn, "names": names})
             transaction.count(statements.record_attempt, attempt)
             return True
 

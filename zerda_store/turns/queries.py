@@ -119,20 +119,24 @@ class Queries:
         of_entity = sa.and_(
             entities.c.session_id == session_param(), entities.c.id == param("entity_id")
         )
-        self.entity_session = compiled(
-            sa.select(entities.c.session_id, entities.c.last_seen).where(of_entity)
-        )
         newest_turn = (
             sa.select(sa.func.coalesce(sa.func.max(turns.c.id), 0))
             .where(turns.c.session_id == session_param())
             .scalar_subquery()
+        )
+        # The newest turn is read here, not inside the INSERT: Citus takes no subquery in
+        # INSERT ... VALUES (the write runs under the session's lock, so no turn comes between).
+        self.entity_session = compiled(
+            sa.select(
+                entities.c.session_id, entities.c.last_seen, newest_turn.label("newest_turn")
+            ).where(of_entity)
         )
         self.add_context = compiled(
             contexts.insert().values(
                 session_id=session_param(),
                 entity_id=param("entity_id"),
                 turn_id=None,
-                turn_seq=newest_turn,
+                turn_seq=param("turn_seq", sa.BigInteger),
                 text=param("text", sa.Text),
                 created_at=param("created_at", sa.Double),
             )

@@ -127,6 +127,7 @@ class Repository(TurnHistory):
             values = {
                 "session_id": rows[0].session_id,
                 "entity_id": entity_id,
+                "turn_seq": rows[0].newest_turn,
                 "text": text,
                 "created_at": at,
             }
@@ -313,7 +314,8 @@ class Repository(TurnHistory):
             found = self._details(transaction, session_id, key, limit, visible)
             if found is None:
                 return None
-            aliases = transaction.run(self._identity.aliases_of, {"entity_id": found[0].id})
+            values = {"session_id": session_id, "entity_id": found[0].id}
+            aliases = transaction.run(self._identity.aliases_of, values)
             return (*found, [row.alias for row in aliases])
 
         return work

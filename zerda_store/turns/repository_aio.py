@@ -1,6 +1,6 @@
 """The repository's saves and reads, awaited: the same units of work as
 :class:`repository.Repository` builds for its sync methods (``..._work``), run on the
-store's async pool (:meth:`Store.awrite`, :meth:`Store.aread`)."""
+store's database threads (:meth:`Store.awrite`, :meth:`Store.aread`)."""
 
 from __future__ import annotations
 

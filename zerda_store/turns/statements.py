@@ -26,7 +26,7 @@ from ..db.driver import (
     row_placeholders,
     unnested_rows,
 )
-from ..db.schema import contexts, entities, extractions, insert_columns, turns
+from ..db.schema import contexts, entities, extractions, in_same_session, insert_columns, turns
 from ..db.unit_of_work import Transaction
 from ..errors import StoreError
 from ..model.names import UNKNOWN_TYPE
@@ -102,9 +102,11 @@ def _recall_lateral(aged: bool = False) -> Any:
     age = (contexts.c.created_at,) if aged else ()
     newest = (
         sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"), *age)
-        # The session too, so that Citus routes the whole recall to the session's shard.
+        # The session as a constant too: Citus routes a LATERAL subquery to the session's
+        # shard only when it names the session itself (a correlation is not enough).
         .where(
-            contexts.c.entity_id == entities.c.id, contexts.c.session_id == entities.c.session_id
+            in_same_session(contexts.c.entity_id, entities.c.id),
+            contexts.c.session_id == sa.bindparam("session_id"),
         )
         .order_by(*NEWEST_FIRST)
         .limit(sa.bindparam("limit"))
@@ -221,6 +223,9 @@ class RowsInsert:
         return statement
 
 
+_UNKNOWN_TYPE_LITERAL = sa.literal_column("'" + UNKNOWN_TYPE.replace("'", "''") + "'", sa.String)
+
+
 def _upsert_entities(upsert: Any) -> Any:
     """Entities: insert or update by key. The first sighting moves to a turn with a smaller
     id than the entity's first turn (a repaired old turn, or a concurrent writer that
@@ -239,8 +244,10 @@ def _upsert_entities(upsert: Any) -> Any:
                 (excluded.last_seen > entities.c.last_seen, excluded.last_seen),
                 else_=entities.c.last_seen,
             ),
+            # The type as a literal in the text: Citus runs an INSERT ... SELECT's update on
+            # the shard with the statement's other parameters left untyped.
             "entity_type": sa.case(
-                (entities.c.entity_type == UNKNOWN_TYPE, excluded.entity_type),
+                (entities.c.entity_type == _UNKNOWN_TYPE_LITERAL, excluded.entity_type),
                 else_=entities.c.entity_type,
             ),
         },

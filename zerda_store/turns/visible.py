@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 from ..db.driver import CompiledStatement, compile_statement
-from ..db.schema import contexts, entities, turns
+from ..db.schema import contexts, entities, in_same_session, turns
 from ..retention.policies import cutoff_case
 from .queries import FIRST_SEEN_ORDER, TurnReads, param, session_param
 from .statements import ENTITY_SELECT, NEWEST_FIRST
@@ -60,9 +60,13 @@ class VisibleQueries:
 
 class _TypedReads:
     def __init__(self, compiled: Any, count: int) -> None:
+        # The session as a constant in the subquery too: Citus routes it to one shard then.
         has_visible = (
             sa.exists()
-            .where(contexts.c.entity_id == entities.c.id)
+            .where(
+                contexts.c.session_id == session_param(),
+                in_same_session(contexts.c.entity_id, entities.c.id),
+            )
             .where(contexts.c.created_at >= cutoff_case(entities.c.entity_type, count))
         )
         in_session = entities.c.session_id == session_param()
@@ -83,7 +87,10 @@ class _TypedReads:
         self.snippet_counts = compiled(
             sa.select(entities.c.entity_type, sa.func.count().label("count"))
             .select_from(contexts)
-            .join(entities, entities.c.id == contexts.c.entity_id)
+            .join(
+                entities,
+                in_same_session(entities.c.id, contexts.c.entity_id),
+            )
             .where(
                 contexts.c.session_id == session_param(),
                 contexts.c.created_at >= cutoff_case(entities.c.entity_type, count),

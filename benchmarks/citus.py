@@ -1,0 +1,186 @@
+"""Save and recall per turn through a Citus coordinator against the plain Postgres server, in
+one run (the same turns, the same scripted model, interleaved rounds).
+
+    python -m benchmarks.citus [--coordinator URL] [--turns N] [--rounds R]
+
+The coordinator comes from ``--coordinator`` or ``ZERDA_BENCH_CITUS_URL`` (an admin URL, as
+``scripts/citus start`` prints it); without either, the run starts a cluster with
+``scripts/citus start`` and stops it at the end. The plain server is
+``ZERDA_BENCH_POSTGRES_URL`` (default: the local server as user postgres). Each side gets a
+new database at head; the Citus one is made on every node and distributed with
+``db distribute``. Both are dropped at the end. The ratio is Citus's median over the plain
+server's (target: at most 1.5×).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from zerda_store import Store, migrate
+from zerda_store.db import distribution
+
+from .databases import POSTGRES_ADMIN_URL, Database
+from .turns import SESSION, ZerdaTurns, _blocks, _timed_block
+from .workload import Query, Turn, interleaved, make_queries, make_turns
+
+TARGET = 1.5
+WARM_UP = 40
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "citus"
+
+
+def _admin(url: sa.URL) -> sa.Engine:
+    return sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+
+
+def _run(url: sa.URL, *statements: str) -> None:
+    engine = _admin(url)
+    try:
+        with engine.connect() as connection:
+            for statement in statements:
+                connection.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def plain_database(admin_url: str) -> Iterator[Database]:
+    """A new database at head on the plain Postgres server."""
+    url = sa.make_url(admin_url)
+    name = f"zerda_bench_{uuid.uuid4().hex[:12]}"
+    _run(url, f'CREATE DATABASE "{name}"')
+    try:
+        yield _at_head(url.set(database=name))
+    finally:
+        _run(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def citus_database(coordinator_url: str) -> Iterator[Database]:
+    """A new database on every node of the cluster, at head, distributed by session."""
+    url = sa.make_url(coordinator_url)
+    engine = _admin(url)
+    with engine.connect() as connection:
+        nodes = connection.execute(
+            sa.text("SELECT nodename, nodeport FROM pg_dist_node ORDER BY groupid")
+        ).all()
+    engine.dispose()
+    (host, port), *workers = nodes
+    name = f"zerda_bench_{uuid.uuid4().hex[:12]}"
+    node_urls = [url.set(host=h, port=int(p)) for h, p in nodes]
+    try:
+        for node in node_urls:
+            _run(node, f'CREATE DATABASE "{name}"')
+            _run(node.set(database=name), "CREATE EXTENSION citus")
+        calls = [f"SELECT citus_set_coordinator_host('{host}', {port})"]
+        calls += [f"SELECT citus_add_node('{h}', {p})" for h, p in workers]
+        _run(url.set(database=name), *calls)
+        database = _at_head(url.set(database=name))
+        with Store(database.url) as store:
+            distribution.distribute(store)
+        yield database
+    finally:
+        for node in node_urls:
+            _run(node, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _at_head(url: sa.URL) -> Database:
+    rendered = url.render_as_string(hide_password=False)
+    with Store(rendered) as store:
+        migrate.upgrade(store)
+    address = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    return Database("postgres", rendered, address)
+
+
+@contextmanager
+def coordinator(url: str | None) -> Iterator[str]:
+    """The coordinator's URL: the one given, or a cluster started for the run."""
+    if url:
+        yield url
+        return
+    env = {**os.environ, "ZERDA_CITUS_STATE": f"/tmp/zerda-citus-bench-{os.getpid()}.state"}
+    started = subprocess.run(
+        [str(SCRIPT), "start"], env=env, check=True, capture_output=True, text=True
+    )
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([str(SCRIPT), "stop"], env=env, check=False)
+
+
+def compare(citus: Database, plain: Database, turns: int, rounds: int) -> dict[str, float]:
+    """Median seconds per save and per recall on each side, and the ratios."""
+    sides = {"citus": ZerdaTurns(citus), "plain": ZerdaTurns(plain)}
+    saved = make_turns(WARM_UP + turns)
+    queries = make_queries(WARM_UP + turns)
+    try:
+        for side in sides.values():
+            for turn, query in zip(saved[:WARM_UP], queries[:WARM_UP], strict=True):
+                side.save(turn)
+                side.load(query)
+        save_blocks = _blocks(saved[WARM_UP:], rounds)
+        load_blocks = _blocks(queries[WARM_UP:], rounds)
+        saves = interleaved(
+            {name: _saver(side, save_blocks) for name, side in sides.items()}, rounds
+        )
+        loads = interleaved(
+            {name: _loader(side, load_blocks) for name, side in sides.items()}, rounds
+        )
+        same = all(sides["citus"].load(q) == sides["plain"].load(q) for q in queries[:50])
+    finally:
+        for side in sides.values():
+            side.close()
+    if not same:
+        raise SystemExit("the two databases recalled different memories")
+    return {
+        "citus_save": saves["citus"].median,
+        "plain_save": saves["plain"].median,
+        "save_ratio": saves["citus"].median / saves["plain"].median,
+        "citus_load": loads["citus"].median,
+        "plain_load": loads["plain"].median,
+        "load_ratio": loads["citus"].median / loads["plain"].median,
+    }
+
+
+def _saver(side: ZerdaTurns, blocks: list[list[Turn]]) -> Callable[[int], float]:
+    return lambda r: _timed_block(side.save, blocks[r])
+
+
+def _loader(side: ZerdaTurns, blocks: list[list[Query]]) -> Callable[[int], float]:
+    return lambda r: _timed_block(side.load, blocks[r])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--coordinator", default=os.environ.get("ZERDA_BENCH_CITUS_URL"))
+    parser.add_argument("--turns", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=8)
+    args = parser.parse_args(argv)
+    with (
+        coordinator(args.coordinator) as url,
+        citus_database(url) as citus,
+        plain_database(POSTGRES_ADMIN_URL) as plain,
+    ):
+        figures = compare(citus, plain, args.turns, args.rounds)
+    load = os.getloadavg()[0]
+    print(f"session {SESSION!r}, {args.turns} turns in {args.rounds} rounds, load {load:.1f}")
+    for what in ("save", "load"):
+        ratio = figures[f"{what}_ratio"]
+        verdict = "ok" if ratio <= TARGET else f"over the {TARGET}× target"
+        print(
+            f"{what} per turn: citus {figures[f'citus_{what}'] * 1e3:.2f} ms, "
+            f"plain {figures[f'plain_{what}'] * 1e3:.2f} ms, ratio {ratio:.2f}× ({verdict})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""How the async path runs its units of work, on both backends: one store serves several
+event loops at once and closing it closes every connection it opened; a unit of work runs
+whole without the event loop (a busy loop cannot hold a transaction open); a cancelled
+save is stored only when the cancellation came after its COMMIT was sent, and then the
+caller is told; async calls beyond the store's pool fail with :class:`PoolExhaustedError`
+instead of waiting without end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.support import AsyncKeywordLLM
+from zerda_store import (
+    CommitOutcomeUnknownError,
+    ConversationEntityMemory,
+    PoolExhaustedError,
+    Store,
+)
+from zerda_store.db.driver import compile_statement
+from zerda_store.db.unit_of_work import Transaction
+
+# Only a guard, so that a call that waits forever fails the test instead of hanging it.
+HANG_GUARD_SECONDS = 60
+LOOP_TURNS = 15
+CANCELLED_CALLS = 160
+
+
+def _scalar(database_url: str, sql: str, **values: Any) -> Any:
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            return connection.execute(sa.text(sql), values).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def open_connections(database_url: str) -> int:
+    """Connections to the test's database besides the one asking: server sessions on
+    Postgres; on SQLite, this process's open files of the database."""
+    url = sa.make_url(database_url)
+    if url.get_backend_name() == "postgresql":
+        return int(
+            _scalar(
+                database_url,
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+        )
+    path = Path(str(url.database)).resolve()
+    opened = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        opened += target == str(path)
+    return opened
+
+
+# -- one store, several event loops -------------------------------------------------------
+
+
+def _close(store: Store) -> None:
+    store.close()
+
+
+def _aclose(store: Store) -> None:
+    asyncio.run(store.aclose())
+
+
+@pytest.mark.parametrize("close", [_close, _aclose], ids=["close", "aclose"])
+def test_one_store_serves_two_event_loops_at_once_and_closing_it_closes_every_connection(
+    database_url: str, close: Callable[[Store], None]
+) -> None:
+    store = Store(database_url)
+    counts: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def in_its_own_loop(session: str) -> None:
+        async def turns() -> int:
+            memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id=session)
+            for i in range(LOOP_TURNS):
+                await asyncio.gather(
+                    *(
+                        memory.asave_context({"input": f"Sarah {i}.{j}"}, {"output": "ok"})
+                        for j in range(4)
+                    ),
+                    memory.aload_memory_variables({"input": "Sarah?"}),
+                )
+            return int((await memory.aget_memory_stats())["message_count"])
+
+        try:
+            counts[session] = asyncio.run(turns())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=in_its_own_loop, args=(s,), daemon=True) for s in ("one", "two")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG_GUARD_SECONDS)
+    assert not any(thread.is_alive() for thread in threads), "a loop still waits"
+    assert errors == []
+    assert counts == {"one": 4 * LOOP_TURNS, "two": 4 * LOOP_TURNS}
+    assert open_connections(database_url) > 0  # the store's, until it is closed
+    close(store)
+    assert open_connections(database_url) == 0
+
+
+# -- a unit of work runs whole, without the event loop -----------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["read", "snapshot read", "write"])
+async def test_a_unit_of_work_runs_to_its_end_while_the_event_loop_is_busy(
+    database_url: str, kind: str
+) -> None:
+    started, finished = threading.Event(), threading.Event()
+    async with Store(database_url) as store:
+        select = compile_statement(sa.text("SELECT 1 AS one"), store.engine.dialect)
+
+        def work(transaction: Transaction) -> int:
+            transaction.run(select)
+            started.set()
+            for _ in range(3):
+                transaction.run(select)
+            finished.set()
+            return 1
+
+        if kind == "write":
+            unit = asyncio.ensure_future(store.awrite(work))
+        else:
+            unit = asyncio.ensure_future(store.aread(work, snapshot=kind == "snapshot read"))
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while not started.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        # The event loop is busy (blocked here) between the transaction's statements: the
+        # transaction must not need it to go on.
+        assert finished.wait(HANG_GUARD_SECONDS), "the transaction waited for the event loop"
+        assert await unit == 1
+
+
+# -- cancellation --------------------------------------------------------------------------
+
+
+def _stored_keys(database_url: str, session: str) -> set[str]:
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                sa.text("SELECT idempotency_key FROM turns WHERE session_id = :s"), {"s": session}
+            )
+            return {row[0] for row in rows if row[0] is not None}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_save_is_stored_only_when_the_caller_is_told(database_url: str) -> None:
+    """Saves under ``wait_for`` with timeouts from 0 to twice a save's latency, four at a
+    time: a call that timed out stored nothing; one that raised CommitOutcomeUnknownError
+    (cancelled after its COMMIT was sent) may be stored; one that returned is stored."""
+    async with Store(database_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="cancel")
+        began = time.monotonic()
+        for n in range(10):
+            await memory.asave_context({"input": f"Sarah warm-up {n}"}, {"output": "ok"})
+        latency = (time.monotonic() - began) / 10
+
+        outcomes: dict[str, str] = {}
+
+        async def save(n: int) -> None:
+            key = f"call-{n}"
+            timeout = 2 * latency * (n % 40) / 40
+            try:
+                await asyncio.wait_for(
+                    memory.asave_context(
+                        {"input": f"Sarah and Omar, call {n}"},
+                        {"output": "ok"},
+                        idempotency_key=key,
+                    ),
+                    timeout,
+                )
+                outcomes[key] = "returned"
+            except TimeoutError:
+                outcomes[key] = "cancelled"
+            except CommitOutcomeUnknownError:
+                outcomes[key] = "told"
+
+        for first in range(0, CANCELLED_CALLS, 4):
+            await asyncio.gather(*(save(n) for n in range(first, first + 4)))
+        assert store.connections_in_use() == 0
+
+    stored = _stored_keys(database_url, "cancel")
+    cancelled = {key for key, outcome in outcomes.items() if outcome == "cancelled"}
+    returned = {key for key, outcome in outcomes.items() if outcome == "returned"}
+    assert cancelled and returned  # the timeouts reached both sides of the commit
+    assert cancelled & stored == set(), "cancelled calls that were stored anyway"
+    assert returned <= stored
+
+
+@pytest.mark.asyncio
+async def test_a_save_cancelled_while_its_commit_runs_reports_it_stored(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    committing, go_on = threading.Event(), threading.Event()
+
+    async with Store(database_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="late")
+        dialect = store.engine.dialect
+        commit = dialect.do_commit
+
+        def slow_commit(connection: Any) -> None:
+            committing.set()
+            go_on.wait(HANG_GUARD_SECONDS)
+            commit(connection)
+
+        monkeypatch.setattr(dialect, "do_commit", slow_commit)
+        task = asyncio.ensure_future(
+            memory.asave_context({"input": "Sarah"}, {"output": "ok"}, idempotency_key="m1")
+        )
+        while not committing.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        go_on.set()
+        with pytest.raises(CommitOutcomeUnknownError, match="stored"):
+            await task
+    assert _stored_keys(database_url, "late") == {"m1"}
+
+
+# -- more calls than the pool serves --------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_async_calls_beyond_the_pool_fail_naming_its_size(database_url: str) -> None:
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(_: Transaction) -> bool:
+        holding.set()
+        return release.wait(HANG_GUARD_SECONDS)
+
+    async with Store(database_url, async_pool_size=1, pool_timeout=0.3) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="full")
+        await memory.asave_context({"input": "Sarah"}, {"output": "ok"})
+        busy = asyncio.ensure_future(store.aread(hold))
+        while not holding.is_set():  # the store's one database thread is taken
+            await asyncio.sleep(0.001)
+        try:
+            with pytest.raises(PoolExhaustedError) as caught:
+                await memory.aload_memory_variables({"input": "Sarah?"})
+        finally:
+            release.set()
+            assert await busy
+        message = str(caught.value)
+        assert "async_pool_size=1" in message and "\n" not in message
+        recalled = await memory.aload_memory_variables({"input": "Sarah?"})
+        assert "Sarah ok" in recalled["entity_info"]
