@@ -76,3 +76,36 @@ def test_a_retention_revision_interrupted_mid_backfill_goes_on_where_it_stopped(
         assert _times(store) == EXPECTED
         migrate.check(store)
         assert migrate.current_revision(store) == migrate.head_revision()
+
+
+def _unvalidated_keys_and_building_indexes(store: Store) -> list[tuple[object, ...]]:
+    return rows(
+        store,
+        "SELECT conname FROM pg_constraint WHERE contype = 'f' AND NOT convalidated "
+        "UNION ALL SELECT indexname FROM pg_indexes WHERE indexname LIKE '%building'",
+    )
+
+
+@pytest.mark.parametrize(
+    "empty_database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_the_keys_revision_leaves_every_foreign_key_validated_and_resumes_after_its_swap(
+    empty_database_url: str,
+) -> None:
+    with Store(empty_database_url) as store:
+        _released_with_a_far_note(store)
+        migrate.upgrade(store, "0007")
+        assert _unvalidated_keys_and_building_indexes(store) == []
+        with store.connect() as connection, connection.begin():
+            # As a run stopped after the keys' swap, before the foreign keys' validation.
+            connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0006'")
+
+        migrate.upgrade(store)
+
+        assert _unvalidated_keys_and_building_indexes(store) == []
+        assert _times(store) == EXPECTED
+        migrate.check(store)
+        assert rows(
+            store,
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'pk_contexts'",
+        ) == [("CREATE UNIQUE INDEX pk_contexts ON public.contexts USING btree (id, session_id)",)]
