@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from tests import citus, passwords
 from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.db import engine_aio, settings
+from zerda_store.db import settings
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "ZERDA_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -65,8 +65,8 @@ def strict_on_citus(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         return
     cluster: citus.Cluster = request.getfixturevalue("citus_cluster")
     cluster.prepare()  # the templates are made through connections that are not strict
-    for module in (settings, engine_aio):
-        monkeypatch.setattr(module, "engine_options", citus.strict(settings.engine_options))
+    # The async calls run on the same engine, so this covers them too.
+    monkeypatch.setattr(settings, "engine_options", citus.strict(settings.engine_options))
 
 
 def new_test_database(

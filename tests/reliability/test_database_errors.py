@@ -22,6 +22,7 @@ from tests.integration.test_foreign_databases import run as _run
 from tests.support import KeywordLLM
 from zerda_store import (
     ConversationEntityMemory,
+    DatabaseError,
     NotAStoreDatabaseError,
     PermissionDeniedError,
     PoolExhaustedError,
@@ -249,3 +250,32 @@ def test_an_exhausted_pool_is_a_store_error_that_names_its_size(database_url: st
 def test_every_mapped_error_is_a_store_error() -> None:
     for error in (PermissionDeniedError, StatementTimeoutError, PoolExhaustedError):
         assert issubclass(error, StoreError)
+
+
+# -- any other error of the database -------------------------------------------------------
+
+REFUSING_TRIGGER = {
+    "sqlite": [
+        "CREATE TRIGGER refuse BEFORE INSERT ON contexts "
+        "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN "
+        "RAISE EXCEPTION 'refused by a trigger'; END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER refuse BEFORE INSERT ON contexts FOR EACH ROW EXECUTE FUNCTION refuse()",
+    ],
+}
+
+
+@pytest.mark.parametrize("call", [_save, _asave], ids=["save_context", "asave_context"])
+def test_any_other_database_error_is_a_store_error_and_stores_nothing(
+    database_url: str, call: Callable[..., None]
+) -> None:
+    _run(database_url, *REFUSING_TRIGGER[sa.make_url(database_url).get_backend_name()])
+    with (
+        ConversationEntityMemory(KeywordLLM(NAMES), database_url=database_url) as memory,
+        pytest.raises(DatabaseError) as caught,
+    ):
+        call(memory)
+    assert "refused by a trigger" in one_line(caught.value)
+    assert _turns(database_url) == 0
