@@ -41,6 +41,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _on_citus(item: pytest.Item) -> bool:
+    if item.get_closest_marker("not_distributed") is not None:
+        return False
     params = getattr(getattr(item, "callspec", None), "params", {})
     citus_params = (params.get(name) for name in ("empty_database_url", "shared_populated"))
     return item.get_closest_marker("citus") is not None or "postgres" in citus_params

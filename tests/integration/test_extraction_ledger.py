@@ -135,7 +135,7 @@ def test_cli_reextract_repairs_turns_once_stanza_models_are_present(
     args = ["--database-url", database_url, "reextract", "--failed", "--session", "s1"]
     result = CliRunner().invoke(main, [*args, "--stanza-dir", str(MODELS)])
     assert result.exit_code == 0, result.output
-    assert "repaired 1 turns" in result.output
+    assert "repaired 1 turn," in result.output
     again = CliRunner().invoke(main, [*args, "--stanza-dir", str(MODELS)])
     assert "repaired 0 turns" in again.output
 

@@ -88,6 +88,7 @@ def test_a_failed_unit_of_work_leaves_no_transaction_open(database_url):
             values = {
                 "session_id": "default",
                 "entity_id": 1,
+                "turn_seq": 1,
                 "text": "half done",
                 "created_at": 1.0,
             }
