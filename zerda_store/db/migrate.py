@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from ..errors import SchemaNotCurrentError
+from ..errors import LockTimeoutError, SchemaNotCurrentError
 from .engine import SQLITE_BUSY_TIMEOUT_MS, Store
 from .survey import (
     Survey,
@@ -149,11 +149,24 @@ def locked_connection(store: Store, *, per_revision: bool = False) -> Iterator[C
 @contextmanager
 def _session_locked_connection(store: Store) -> Iterator[Connection]:
     """A Postgres connection outside any transaction that holds the migration advisory
-    lock for its session, waiting long for it (another deploy job may be migrating)."""
+    lock for its session, waiting long for it (another deploy job may be migrating).
+
+    It waits by trying again, outside any transaction: a process blocked in a statement
+    holds a snapshot, which the other's CREATE INDEX CONCURRENTLY would wait for."""
     with store.connect() as connection:
         previous = connection.exec_driver_sql("SHOW lock_timeout").scalar()
         connection.exec_driver_sql(f"SET lock_timeout = {MIGRATION_WAIT_MS}")
-        connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_LOCK_KEY})
+        connection.commit()
+        deadline = time.monotonic() + MIGRATION_WAIT_MS / 1000
+        try_lock = text("SELECT pg_try_advisory_lock(:key)")
+        while not connection.execute(try_lock, {"key": _ADVISORY_LOCK_KEY}).scalar():
+            connection.commit()
+            if time.monotonic() > deadline:
+                raise LockTimeoutError(
+                    f"another process has been migrating {store.safe_url} for "
+                    f"{MIGRATION_WAIT_MS // 1000} s: waited for it, gave up"
+                )
+            time.sleep(0.2)
         connection.commit()
         try:
             yield connection
