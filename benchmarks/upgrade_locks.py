@@ -1,6 +1,7 @@
 """How long `db upgrade` keeps other connections waiting: a Postgres database filled as the
-released version (revision 0004) left it, upgraded to head while probes read and write
-every 0.5 s from other connections (``lock_timeout`` 2 s, as an application would set).
+released version (revision 0004) left it, upgraded to head while probes read snippets,
+look an entity up by its key, and insert turns every 0.5 s from other connections
+(``lock_timeout`` 2 s, as an application would set).
 
     python -m benchmarks.upgrade_locks                  # 200,000 turns (the issue's size)
     python -m benchmarks.upgrade_locks --turns 20000    # a quicker look
@@ -93,6 +94,7 @@ class Probe:
 
 PROBES = (
     ("read", "SELECT text FROM contexts WHERE entity_id = 5 ORDER BY turn_seq DESC LIMIT 3"),
+    ("entity", "SELECT id, name FROM entities WHERE session_id = 's5' AND name_key = 'person 7'"),
     ("write", "INSERT INTO turns (session_id, input_text, output_text, entity_names, "
               "created_at) VALUES ('probe', 'x', 'y', '[]', 1700000000)"),
 )  # fmt: skip

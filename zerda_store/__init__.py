@@ -1,37 +1,76 @@
-"""zerda_store: a persistent, SQL-backed ConversationEntityMemory (SQLite or Postgres)."""
+"""zerda_store: a persistent, SQL-backed ConversationEntityMemory (SQLite or Postgres).
+
+The names below are loaded on first use (``from zerda_store import Store`` loads the store
+and SQLAlchemy's core), so that importing the package, or starting the command line for
+its help, loads none of them.
+"""
 
 from __future__ import annotations
 
-from .admin import AdminRepository
-from .db import migrate
-from .db.engine import Store
-from .errors import (
-    CancelledAfterCommitError,
-    CommitOutcomeUnknownError,
-    DatabaseError,
-    DatabaseUnavailableError,
-    KeyRulesMismatchError,
-    LockTimeoutError,
-    MergeError,
-    NotAStoreDatabaseError,
-    PermissionDeniedError,
-    PoolExhaustedError,
-    ReadOnlyStoreError,
-    SchemaNotCurrentError,
-    SessionNotEmptyError,
-    StatementTimeoutError,
-    StoreError,
-)
-from .extraction import (
-    ExtractedEntity,
-    ExtractionResult,
-    ExtractionService,
-    Extractor,
-    LLMExtractor,
-    StanzaExtractor,
-)
-from .memory.conversation import ConversationEntityMemory
-from .memory.views import Entity
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .admin import AdminRepository
+    from .db import migrate
+    from .db.engine import Store
+    from .errors import (
+        CancelledAfterCommitError,
+        CommitOutcomeUnknownError,
+        DatabaseError,
+        DatabaseUnavailableError,
+        KeyRulesMismatchError,
+        LockTimeoutError,
+        MergeError,
+        NotAStoreDatabaseError,
+        PermissionDeniedError,
+        PoolExhaustedError,
+        ReadOnlyStoreError,
+        SchemaNotCurrentError,
+        SessionNotEmptyError,
+        StatementTimeoutError,
+        StoreError,
+    )
+    from .extraction import (
+        ExtractedEntity,
+        ExtractionResult,
+        ExtractionService,
+        Extractor,
+        LLMExtractor,
+        StanzaExtractor,
+    )
+    from .memory.conversation import ConversationEntityMemory
+    from .memory.views import Entity
+
+# Where each public name lives (``migrate`` is a module).
+_HOMES = {
+    "AdminRepository": "admin",
+    "CancelledAfterCommitError": "errors",
+    "CommitOutcomeUnknownError": "errors",
+    "ConversationEntityMemory": "memory.conversation",
+    "DatabaseError": "errors",
+    "DatabaseUnavailableError": "errors",
+    "Entity": "memory.views",
+    "ExtractedEntity": "extraction",
+    "ExtractionResult": "extraction",
+    "ExtractionService": "extraction",
+    "Extractor": "extraction",
+    "KeyRulesMismatchError": "errors",
+    "LLMExtractor": "extraction",
+    "LockTimeoutError": "errors",
+    "MergeError": "errors",
+    "NotAStoreDatabaseError": "errors",
+    "PermissionDeniedError": "errors",
+    "PoolExhaustedError": "errors",
+    "ReadOnlyStoreError": "errors",
+    "SchemaNotCurrentError": "errors",
+    "SessionNotEmptyError": "errors",
+    "StanzaExtractor": "extraction",
+    "StatementTimeoutError": "errors",
+    "Store": "db.engine",
+    "StoreError": "errors",
+    "migrate": "db.migrate",
+}
 
 __all__ = [
     "AdminRepository",
@@ -61,3 +100,17 @@ __all__ = [
     "StoreError",
     "migrate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f".{home}", __name__)
+    value = module if name == "migrate" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

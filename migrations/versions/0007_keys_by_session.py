@@ -10,6 +10,13 @@ the ids) and gains a unique ``(session_id, id)`` on turns and entities for the c
 foreign keys to refer to; the tables are rebuilt (batch mode), and the views that read
 them dropped and made again around the rebuild (as revision 0005 left them).
 
+On Postgres, when the revision runs in transactions of its own (``db upgrade``), the new
+keys' indexes are built first with ``CREATE INDEX CONCURRENTLY`` (reads and writes go on),
+then one short transaction swaps the keys onto them (``PRIMARY KEY USING INDEX``, foreign
+keys ``NOT VALID``), and each foreign key is validated in a transaction of its own
+(VALIDATE lets reads and writes go on). Re-run after an interruption, it goes on where it
+stopped.
+
 Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-03
@@ -157,7 +164,64 @@ def _indexes(composite: bool) -> None:
             op.create_index(f"ix_{table}_{column}", table, [column])
 
 
+# Set by env.py: the revision runs in transactions of its own on Postgres.
+ONLINE_DDL = "online_ddl"
+# The suffix of a primary key's index while it is built, before the key takes it.
+BUILDING = "_building"
+
+
+def _postgres_online() -> None:
+    """Postgres, without holding the tables' locks for long (see the module's docstring)."""
+    swapped = (
+        op.get_bind()
+        .exec_driver_sql(
+            "SELECT 1 FROM pg_constraint WHERE conname = %(name)s",
+            {"name": _composite(*FOREIGN_KEYS[0][::2])},
+        )
+        .first()
+    )
+    if swapped is None:
+        built = [
+            (f"pk_{table}{BUILDING}", table, "id, session_id", "UNIQUE ") for table in KEYED_TABLES
+        ]
+        built += [(f"ix_{table}_{column}_session_id", table, f"{column}, session_id", "")
+                  for table, column in FK_INDEXES]  # fmt: skip
+        with op.get_context().autocommit_block():
+            for name, table, columns, unique in built:
+                # One left invalid by an interrupted run is built again.
+                op.get_bind().exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+                op.get_bind().exec_driver_sql(
+                    f"CREATE {unique}INDEX CONCURRENTLY {name} ON {table} ({columns})"
+                )
+        for table, column, referred in FOREIGN_KEYS:
+            op.drop_constraint(_single(table, column, referred), table, type_="foreignkey")
+        for table in KEYED_TABLES:
+            op.drop_constraint(f"pk_{table}", table, type_="primary")
+            op.execute(
+                f"ALTER TABLE {table} ADD CONSTRAINT pk_{table} "
+                f"PRIMARY KEY USING INDEX pk_{table}{BUILDING}"
+            )
+        for table, column, referred in FOREIGN_KEYS:
+            op.execute(
+                f"ALTER TABLE {table} ADD CONSTRAINT {_composite(table, referred)} "
+                f"FOREIGN KEY (session_id, {column}) REFERENCES {referred} (session_id, id) "
+                "ON DELETE CASCADE NOT VALID"
+            )
+        for table, column in FK_INDEXES:
+            op.drop_index(f"ix_{table}_{column}", table_name=table)
+    with op.get_context().autocommit_block():
+        for table, _column, referred in FOREIGN_KEYS:
+            op.get_bind().exec_driver_sql(
+                f"ALTER TABLE {table} VALIDATE CONSTRAINT {_composite(table, referred)}"
+            )
+
+
 def upgrade() -> None:
+    if op.get_bind().dialect.name != "sqlite" and op.get_context().config.attributes.get(
+        ONLINE_DDL
+    ):
+        _postgres_online()
+        return
     _indexes(composite=True)
     if op.get_bind().dialect.name == "sqlite":
         _sqlite(composite=True)

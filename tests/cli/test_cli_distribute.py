@@ -136,3 +136,16 @@ def _install_stand_ins(url: str) -> None:
 def _calls(url: str) -> list[str]:
     with Store(url) as store, store.connect() as connection:
         return list(connection.exec_driver_sql("SELECT call FROM citus_calls ORDER BY n").scalars())
+
+
+@pytest.mark.postgres
+def test_with_citus_and_the_rules_followed_the_dry_run_exits_0_and_runs_nothing(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(distribution, "citus_version", lambda connection: "12.1")
+    _install_stand_ins(postgres_url)
+
+    lines = succeeded(invoke(postgres_url, "db", "distribute", "--dry-run")).stdout.splitlines()
+
+    assert lines == [f"{statement};" for statement in PLAN]
+    assert _calls(postgres_url) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.markdown_blocks import python_blocks, run_block
+from tests.integration.markdown_blocks import DOCUMENTS, python_blocks, run_block
 from zerda_store import ConversationEntityMemory, Store, migrate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -215,3 +216,31 @@ def test_the_readme_quick_start_runs_what_ci_runs():
     for command in ("scripts/demo", "scripts/test"):
         assert f"\n{command} " in quick_start
         assert os.access(REPO_ROOT / command, os.X_OK), command
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a document's headings."""
+    headings = re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda d: d.name)
+def test_every_link_between_the_documents_leads_somewhere(document):
+    text = document.read_text(encoding="utf-8")
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (document.parent / path).resolve() if path else document
+        assert linked.exists(), f"{document.name} links to {target}, which is not there"
+        if anchor:
+            anchors = heading_anchors(linked.read_text(encoding="utf-8"))
+            assert anchor in anchors, f"{document.name} links to {target}: no such heading"
+
+
+def test_the_readme_links_every_document_in_docs():
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+
+    for document in sorted((REPO_ROOT / "docs").glob("*.md")):
+        assert f"](docs/{document.name})" in readme, f"the README does not link {document.name}"

@@ -163,12 +163,16 @@ def test_a_server_that_refuses_connections_is_reported_as_unavailable(
     assert len(memory.chat_memory) == 2
 
 
-def _statements_of_a_keyed_save(memory: ConversationEntityMemory) -> int:
+def _points_of_a_keyed_save(memory: ConversationEntityMemory) -> int:
+    """Where a keyed save can lose its connection: before each statement, and before the
+    COMMIT if it sends one (a save sent as one pipeline commits at the pipeline's end,
+    which the last statement's point covers: the backend is gone before the sync)."""
     # A session's first save records its key rules too: count a later one's statements.
     memory.save_context({"input": "[warm up]"}, {"output": ""}, idempotency_key="warm-up")
-    with driver_calls(memory.store.engine) as statements:
+    commits: list[object] = []
+    with driver_calls(memory.store.engine, before_commit=commits.append) as statements:
         memory.save_context({"input": "[dry run]"}, {"output": ""}, idempotency_key="dry-run")
-    return len(statements)
+    return len(statements) + len(commits)
 
 
 def _save_until_stored(memory: ConversationEntityMemory, tag: str) -> bool:
@@ -212,10 +216,10 @@ class TerminateAt:
 def test_a_connection_terminated_during_a_save_never_stores_the_turn_twice(
     memory: ConversationEntityMemory, terminator: Terminator, postgres_url: str
 ) -> None:
-    statement_count = _statements_of_a_keyed_save(memory)
-    assert statement_count >= 4  # the idempotency read, then turn, entities, snippets
+    points = _points_of_a_keyed_save(memory)
+    assert points >= 3  # the idempotency read, the session's lock, the save
 
-    for index in range(statement_count + 1):
+    for index in range(points):
         terminate = TerminateAt(terminator, index)
         with driver_calls(
             memory.store.engine,
@@ -229,7 +233,7 @@ def test_a_connection_terminated_during_a_save_never_stores_the_turn_twice(
     with inspect_database(postgres_url) as connection:
         assert duplicated_tags(connection, "crm-lost") == []
         stored = snippet_keys_by_turn(connection, "crm-lost")
-    assert len(stored) == statement_count + 3  # and the warm-up and the dry run
+    assert len(stored) == points + 2  # and the warm-up and the dry run
     assert all(
         sorted(keys) == ["alice harper", "bilal haddad", "carla diaz"] for keys in stored.values()
     )
@@ -256,6 +260,22 @@ def lost_after_commit(
         raise AssertionError("the terminated connection still answered")
 
     monkeypatch.setattr(dialect, "do_commit", do_commit)
+
+    # A save sent as one pipeline commits when the server reaches the pipeline's sync.
+    open_pipeline = psycopg.Connection.pipeline
+
+    @contextlib.contextmanager
+    def pipeline(raw: psycopg.Connection[Any]) -> Iterator[Any]:
+        with open_pipeline(raw) as opened:
+            yield opened
+        if lost:
+            return
+        lost.append(raw.info.backend_pid)
+        terminator.terminate([raw.info.backend_pid])
+        raw.execute("SELECT 1")  # raises: the connection is gone
+        raise AssertionError("the terminated connection still answered")
+
+    monkeypatch.setattr(psycopg.Connection, "pipeline", pipeline)
     return lost
 
 
@@ -291,3 +311,31 @@ def test_a_terminated_connection_is_seen_as_a_disconnect(
             connection.exec_driver_sql("SELECT 1")
     assert raised.value.connection_invalidated
     assert isinstance(raised.value.orig, psycopg.OperationalError)
+
+
+def test_a_single_trip_save_whose_answer_is_lost_is_not_stored_twice(
+    memory: ConversationEntityMemory, terminator: Terminator, postgres_url: str
+) -> None:
+    """A later save of the session goes as one pipeline (the first one also records the
+    key rules): its answer lost after the server committed, the call raises or succeeds
+    but never stores the turn twice, and a retry with the key is a no-op."""
+    memory.save_context({"input": "[warm up] Alice Harper"}, {"output": "Ok."})
+    open_pipeline = psycopg.Connection.pipeline
+    lost: list[int] = []
+
+    @contextlib.contextmanager
+    def pipeline(raw: psycopg.Connection[Any]) -> Iterator[Any]:
+        with open_pipeline(raw) as opened:
+            yield opened
+        if not lost:
+            lost.append(raw.info.backend_pid)
+            terminator.terminate([raw.info.backend_pid])
+            raw.execute("SELECT 1")  # raises: the connection is gone
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg.Connection, "pipeline", pipeline)
+        assert _save_until_stored(memory, "p-1") is True
+    assert len(lost) == 1
+    assert len(_turn_rows(postgres_url, "p-1")) == 1
+    with inspect_database(postgres_url) as connection:
+        assert table_counts(connection, "crm-lost") == (2, 3, 6)

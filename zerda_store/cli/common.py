@@ -1,6 +1,10 @@
 """What the ``zerda-store`` commands share: the URL and store, one-line errors, and
 tables or JSON on standard output. Stored text in human-readable output is escaped
-(:func:`escaped`) so that it cannot drive the operator's terminal."""
+(:func:`escaped`) so that it cannot drive the operator's terminal.
+
+The library is imported by the commands that use it, not here: ``zerda-store --help``
+loads click and the commands' own modules only.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +12,20 @@ import contextlib
 import datetime as dt
 import json
 import re
+import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from alembic.util.exc import CommandError
-from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
 
-from ..admin import AdminRepository
-from ..db import migrate
-from ..db.engine import Store
-from ..db.urls import first_line, resolve_url, scrub
 from ..errors import StoreError
-from ..memory.conversation import ConversationEntityMemory
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+    from ..admin import AdminRepository
+    from ..db.engine import Store
+    from ..memory.conversation import ConversationEntityMemory
 
 # Control characters (Unicode category Cc: C0, DEL, C1) move the cursor, retitle the window
 # or start escape sequences; the bidi embeddings, overrides and isolates reorder the text
@@ -65,6 +69,8 @@ class Context:
         self._urls: list[URL] = []
 
     def open(self, *, reading: bool) -> Store:
+        from ..db.engine import Store
+
         if self._store is None:
             self._store = Store(
                 self.database_url, read_only=self.read_only or reading, schema=self.schema
@@ -79,6 +85,9 @@ class Context:
     def open_store(self, database_url: str | None) -> Store:
         """A store on ``database_url``, whose secrets :meth:`scrub` then masks (the caller
         closes it)."""
+        from ..db.engine import Store
+        from ..db.urls import resolve_url
+
         url = resolve_url(database_url)
         self._urls.append(url)
         return Store(url)
@@ -86,6 +95,8 @@ class Context:
     def scrub(self, text: str) -> str:
         """``text`` with the secrets of every URL this command was given masked (the demo
         opens its own store on the main URL)."""
+        from ..db.urls import resolve_url, scrub
+
         urls = list(self._urls)
         with contextlib.suppress(StoreError):
             urls.append(resolve_url(self.database_url))
@@ -95,28 +106,38 @@ class Context:
 
     def reading_store(self) -> Store:
         """A read-only store on a zerda_store database at head."""
+        from ..db import migrate
+
         store = self.open(reading=True)
         migrate.ensure_schema(store, auto_migrate=False, create=False)
         return store
 
     def changing_store(self) -> Store:
         """A store on an existing zerda_store database, for changing what it holds."""
+        from ..db import migrate
+
         store = self.open(reading=False)
         store.require_file()
         migrate.ensure_schema(store, auto_migrate=None, create=False)
         return store
 
     def reader(self) -> AdminRepository:
+        from ..admin import AdminRepository
+
         return AdminRepository(self.reading_store())
 
     def memory(self, session_id: str) -> ConversationEntityMemory:
         """A memory on the session for reading it."""
+        from ..memory.conversation import ConversationEntityMemory
+
         return ConversationEntityMemory(store=self.reading_store(), session_id=session_id)
 
     def memory_knowing(
         self, session_id: str, name: str, *, reading: bool = True
     ) -> ConversationEntityMemory:
         """The session's memory, in the session's own key mode, in which NAME is an entity."""
+        from ..memory.conversation import ConversationEntityMemory
+
         store = self.reading_store() if reading else self.changing_store()
         memory = ConversationEntityMemory.for_session(store, session_id)
         if name not in memory.entity_store:
@@ -126,12 +147,18 @@ class Context:
     def repository(self) -> AdminRepository:
         """The operators' queries on a database that may be created or migrated first (as
         the Python API does: by default on SQLite only)."""
+        from ..admin import AdminRepository
+        from ..db import migrate
+
         migrate.ensure_schema(self.store, auto_migrate=None)
         return AdminRepository(self.store)
 
     def importing_repository(self) -> AdminRepository:
         """The operators' queries for bringing data in: an empty database of either
         backend gets zerda_store's schema first (:func:`migrate.prepare_for_new_data`)."""
+        from ..admin import AdminRepository
+        from ..db import migrate
+
         migrate.prepare_for_new_data(self.store)
         return AdminRepository(self.store)
 
@@ -146,14 +173,30 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (StoreError, CommandError, LookupError, ValueError) as exc:
+        except (StoreError, LookupError, ValueError) as exc:
             message = exc.args[0] if isinstance(exc, LookupError) and exc.args else exc
             raise click.ClickException(escaped(_scrubbed(ctx, str(message)))) from None
-        except DBAPIError as exc:
-            detail = first_line(exc) if isinstance(ctx.obj, Context) else type(exc).__name__
-            raise click.ClickException(
-                escaped(_scrubbed(ctx, f"database error: {detail}"))
-            ) from None
+        except Exception as exc:
+            converted = _one_line(ctx, exc)
+            if converted is exc:
+                raise
+            raise converted from None
+
+
+def _one_line(ctx: click.Context, exc: Exception) -> Exception:
+    """The one-line error for a driver error or an Alembic refusal (a revision it does not
+    know); ``exc`` itself for anything else. Their classes are looked up among the loaded
+    modules: a command that never loaded SQLAlchemy or Alembic cannot have raised them."""
+    sqlalchemy_errors = sys.modules.get("sqlalchemy.exc")
+    if sqlalchemy_errors is not None and isinstance(exc, sqlalchemy_errors.DBAPIError):
+        from ..db.urls import first_line
+
+        detail = first_line(exc) if isinstance(ctx.obj, Context) else type(exc).__name__
+        return click.ClickException(escaped(_scrubbed(ctx, f"database error: {detail}")))
+    alembic_errors = sys.modules.get("alembic.util.exc")
+    if alembic_errors is not None and isinstance(exc, alembic_errors.CommandError):
+        return click.ClickException(escaped(_scrubbed(ctx, str(exc))))
+    return exc
 
 
 def _scrubbed(ctx: click.Context, message: str) -> str:

@@ -13,8 +13,6 @@ from typing import Any
 
 import click
 
-from ..db import distribution, migrate
-from ..identity.rekeying import Rekeying
 from .common import Context, json_option, plural, print_text
 
 
@@ -26,6 +24,8 @@ from .common import Context, json_option, plural, print_text
 def distribute(obj: Context, dry_run: bool) -> None:
     """Distribute the tables by session_id with Citus (needs the citus extension). The dry
     run prints the statements and exits 1 if anything blocks them."""
+    from ..db import distribution
+
     if dry_run:
         plan = distribution.plan(obj.open(reading=True))
         for table in plan.done:
@@ -113,6 +113,9 @@ def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
     """Re-key what servers of the previous release saved since `db upgrade` (run once the
     last of them has stopped): session by session, short transactions; run again after an
     interruption. Prints each merge with the command that undoes it."""
+    from ..db import migrate
+    from ..identity.rekeying import Rekeying
+
     store = obj.changing_store()
     migrate.require_store_database(store)
     rekeying = Rekeying(store, assume_normalized=set(normalized))

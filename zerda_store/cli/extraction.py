@@ -10,11 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import click
-from tqdm import tqdm
 
-from ..admin import AdminRepository
-from ..extraction import StanzaExtractor
-from ..memory.conversation import ConversationEntityMemory
 from .common import Context, json_option, plural, print_text
 
 
@@ -40,6 +36,12 @@ def reextract(
 ) -> None:
     """Run extraction again (with stanza) for turns whose extraction failed. Exits 1 while
     any of them still fails (e.g. the stanza model cannot load), naming why."""
+    from tqdm import tqdm
+
+    from ..admin import AdminRepository
+    from ..extraction import StanzaExtractor
+    from ..memory.conversation import ConversationEntityMemory
+
     store = obj.changing_store()
     store.check_writable()
     pending = AdminRepository(store).failed_turns(session_id)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..admin import AdminRepository
-from ..memory.conversation import ConversationEntityMemory
+if TYPE_CHECKING:
+    from ..memory.conversation import ConversationEntityMemory
+
 from .common import Context, json_option, output, plural, print_text, session_option, when
 
 # Merge ids are 64-bit row ids: a larger number names no merge (and no driver takes it).
@@ -23,6 +24,9 @@ _MERGE_ID = click.IntRange(1, 2**63 - 1)
 def session_memory(obj: Context, session_id: str, *, reading: bool) -> ConversationEntityMemory:
     """The existing session's memory, in its own key mode: on a read-only store for
     reading, else on a writable one (a read-only store is refused before anything)."""
+    from ..admin import AdminRepository
+    from ..memory.conversation import ConversationEntityMemory
+
     store = obj.reading_store() if reading else obj.changing_store()
     if not reading:
         store.check_writable()

@@ -9,8 +9,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from tqdm import tqdm
-
 T = TypeVar("T")
 
 
@@ -46,6 +44,8 @@ class _Counted(Iterable[T]):
 @contextmanager
 def row_bar(description: str, total: int) -> Iterator[RowBar]:
     """A bar of ``total`` rows while the block runs, shown only on a terminal."""
+    from tqdm import tqdm  # loaded by the commands that show a bar
+
     bar = tqdm(total=total, desc=description, unit=" rows", disable=None, file=sys.stderr)
     try:
         yield RowBar(bar)

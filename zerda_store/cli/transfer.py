@@ -10,10 +10,6 @@ from contextlib import contextmanager
 
 import click
 
-from ..db import migrate
-from ..db.validation import checked_session_id
-from ..transfer.checks import file_key_rules
-from ..transfer.format import ExportFile, write_session, write_session_file
 from .common import Context, json_option, plural, print_text, require_session, session_option
 from .progress import row_bar
 
@@ -32,6 +28,8 @@ from .progress import row_bar
 def export_command(obj: Context, session_id: str, output: str) -> None:
     """Write one session (turns, entities, snippets, timestamps) as JSON Lines, ending
     with a line of counts and a checksum that `import` requires."""
+    from ..transfer.format import write_session, write_session_file
+
     require_session(obj, session_id)
     reader = obj.reader()
     rules = reader.key_rules(session_id)
@@ -71,6 +69,10 @@ def import_command(
     """Read a session exported by `export` into SESSION, in one transaction. The whole
     file is checked first; a bad or truncated file is refused, and nothing is written.
     An empty database gets zerda_store's schema first."""
+    from ..db.validation import checked_session_id
+    from ..transfer.checks import file_key_rules
+    from ..transfer.format import ExportFile
+
     checked_session_id(session_id)
     with _file_errors(file), _readable(file) as path:
         export = ExportFile(path)
@@ -115,6 +117,8 @@ def copy(obj: Context, destination: str, session_id: str | None, as_json: bool) 
     Sessions that already hold data there are skipped, so an interrupted copy can be run
     again to finish it.
     """
+    from ..db import migrate
+
     source = obj.reader()
     ids = [session_id] if session_id else [s.session_id for s in source.sessions()]
     if session_id:

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from ..errors import SchemaNotCurrentError, StoreError
 from . import migrate
 from .engine import Store
+from .migration_lock import locked_connection
 from .survey import upgrade_command
 
 DISTRIBUTION_COLUMN = "session_id"
@@ -229,7 +230,7 @@ def distribute(store: Store) -> Plan:
     if found.blockers:
         more = f" (and {len(found.blockers) - 1} more)" if len(found.blockers) > 1 else ""
         raise StoreError(f"cannot distribute: {found.blockers[0]}{more}")
-    with migrate.locked_connection(store) as connection:
+    with locked_connection(store) as connection:
         for statement in found.statements:
             connection.exec_driver_sql(statement)
     return found

@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from functools import cache
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from ..errors import SchemaNotCurrentError
 from .engine import Store
+from .migration_lock import alembic_connection, locked_connection
 from .settings import SQLITE_BUSY_TIMEOUT_MS
 from .survey import (
     Survey,
@@ -40,9 +36,12 @@ from .survey import (
     upgrade_command,
 )
 
-# Any constant will do; it only has to be the same in every process that migrates.
-_ADVISORY_LOCK_KEY = 0x7A657264  # "zerd"
-MIGRATION_WAIT_MS = 600_000
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic is imported where a function needs it: importing zerda_store, or running a
+# command that never migrates, does not load it.
+
 # Where a revision puts what it did to the data, for `zerda-store db upgrade` to print.
 UPGRADE_REPORT = "upgrade_report"
 ASSUME_NORMALIZED = "assume_normalized"
@@ -57,6 +56,8 @@ def migrations_dir() -> Path:
 
 def alembic_config(connection: Connection | None = None, stdout: TextIO | None = None) -> Config:
     """An Alembic configuration for the packaged revisions, optionally bound to a connection."""
+    from alembic.config import Config
+
     config = Config(stdout=stdout) if stdout is not None else Config()
     config.set_main_option("script_location", str(migrations_dir()))
     if connection is not None:
@@ -67,6 +68,8 @@ def alembic_config(connection: Connection | None = None, stdout: TextIO | None =
 @cache
 def head_revision() -> str:
     """The newest revision this version of zerda_store knows."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "the migrations folder has no revisions"
     return head
@@ -75,6 +78,8 @@ def head_revision() -> str:
 @cache
 def known_revisions() -> frozenset[str]:
     """Every revision of the packaged migrations."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     return frozenset(revision.revision for revision in script.walk_revisions())
 
@@ -82,6 +87,8 @@ def known_revisions() -> frozenset[str]:
 def downgrade_steps(store: Store, revision: str) -> list[tuple[str, str]]:
     """The revisions a downgrade of the database to ``revision`` undoes, newest first, each
     with its file's slug (``0005``, ``retention``); nothing is changed."""
+    from alembic.script import ScriptDirectory
+
     current = require_store_database(store)
     script = ScriptDirectory.from_config(alembic_config())
     walked = list(script.walk_revisions(base="base", head=current))
@@ -102,6 +109,8 @@ def downgrade_steps(store: Store, revision: str) -> list[tuple[str, str]]:
 
 def current_revision(store: Store) -> str | None:
     """The database's revision, or None for a database Alembic never touched."""
+    from alembic.runtime.migration import MigrationContext
+
     with store.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
 
@@ -110,89 +119,6 @@ def require_store_database(store: Store) -> str:
     """The revision of a zerda_store database whose revision this version knows (head or
     older); for anything else, the error that says what the database holds instead."""
     return require_ours(store, survey(store), known_revisions())
-
-
-def _raw_sqlite(connection: Connection, pragma: str) -> None:
-    connection.connection.driver_connection.execute(pragma)  # type: ignore[union-attr]
-
-
-@contextmanager
-def locked_connection(store: Store, *, per_revision: bool = False) -> Iterator[Connection]:
-    """A connection in one transaction that only one migrating process holds at a time.
-
-    On SQLite foreign keys are switched off for the duration (batch migrations copy tables)
-    and checked before the commit. ``per_revision`` (Postgres only): no transaction around
-    the whole, but a session-level advisory lock, so Alembic commits each revision on its
-    own and the tables' locks are released between revisions (other connections' reads and
-    writes wait for one revision at most, not for the whole upgrade).
-    """
-    store.check_writable()
-    if per_revision and store.dialect == "postgresql":
-        with _session_locked_connection(store) as connection:
-            yield connection
-        return
-    with _alembic_connection(store, locked=True) as connection:
-        yield connection
-
-
-@contextmanager
-def _session_locked_connection(store: Store) -> Iterator[Connection]:
-    """A Postgres connection outside any transaction that holds the migration advisory
-    lock for its session, waiting long for it (another deploy job may be migrating)."""
-    with store.connect() as connection:
-        previous = connection.exec_driver_sql("SHOW lock_timeout").scalar()
-        connection.exec_driver_sql(f"SET lock_timeout = {MIGRATION_WAIT_MS}")
-        connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_LOCK_KEY})
-        connection.commit()
-        try:
-            yield connection
-        finally:
-            try:
-                if connection.in_transaction():
-                    connection.rollback()
-                connection.execute(
-                    text("SELECT pg_advisory_unlock(:key)"), {"key": _ADVISORY_LOCK_KEY}
-                )
-                connection.execute(
-                    text("SELECT set_config('lock_timeout', :v, false)"), {"v": previous}
-                )
-                connection.commit()
-            except Exception:
-                # A connection that may still hold the lock must not go back to the pool.
-                connection.invalidate()
-                raise
-
-
-@contextmanager
-def _alembic_connection(store: Store, *, locked: bool) -> Iterator[Connection]:
-    """A connection in one transaction for Alembic (whose env.py wants SQLite's foreign keys
-    off); ``locked``: a write transaction that one migrating process holds at a time."""
-    with store.connect() as connection:
-        if store.dialect == "sqlite":
-            # Outside any transaction, where SQLite honours it; the driver is in autocommit.
-            _raw_sqlite(connection, "PRAGMA foreign_keys=OFF")
-            if locked:
-                # Another process may be rebuilding a large table: wait for it, not 5 s.
-                _raw_sqlite(connection, f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
-                connection.execution_options(sqlite_begin="IMMEDIATE")
-        try:
-            with connection.begin():
-                if locked and store.dialect == "postgresql":
-                    # Waiting for another deploy job, or for the locks of running saves, is
-                    # expected here: wait long, not the store's lock_timeout.
-                    connection.exec_driver_sql(f"SET LOCAL lock_timeout = {MIGRATION_WAIT_MS}")
-                    connection.execute(
-                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK_KEY}
-                    )
-                yield connection
-                if locked and store.dialect == "sqlite":
-                    problems = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
-                    if problems:
-                        raise SchemaNotCurrentError(f"migration broke foreign keys: {problems[:5]}")
-        finally:
-            if store.dialect == "sqlite":
-                _raw_sqlite(connection, "PRAGMA foreign_keys=ON")
-                _raw_sqlite(connection, f"PRAGMA busy_timeout={round(store.lock_timeout * 1000)}")
 
 
 def upgrade(
@@ -221,6 +147,8 @@ def upgrade(
         _prepare_new_schema(store, found)
     elif found.revision not in known_revisions():
         raise unknown_revision_error(store, found)
+    from alembic import command
+
     with locked_connection(store, per_revision=True) as connection:
         if store.schema is not None:
             _create_postgres_schema(connection, store.schema)
@@ -292,6 +220,8 @@ def switch_to_wal(store: Store) -> None:
 
 def downgrade(store: Store, revision: str) -> None:
     """Downgrade the schema to ``revision`` ("base" drops every table)."""
+    from alembic import command
+
     with locked_connection(store) as connection:
         command.downgrade(alembic_config(connection), revision)
 
@@ -299,7 +229,9 @@ def downgrade(store: Store, revision: str) -> None:
 def check(store: Store) -> None:
     """Raise ``alembic.util.exc.AutogenerateDiffsDetected`` if the tables differ from the
     code. Only reads (a read-only store will do)."""
-    with _alembic_connection(store, locked=False) as connection:
+    from alembic import command
+
+    with alembic_connection(store, locked=False) as connection:
         command.check(alembic_config(connection))
 
 

@@ -10,7 +10,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -71,6 +70,8 @@ def survey(store: Store) -> Survey:
 
 def _survey(store: Store) -> Survey:
     with store.connect() as connection:
+        from alembic.runtime.migration import MigrationContext
+
         heads = MigrationContext.configure(connection).get_current_heads()
         revision = ",".join(heads) if heads else None
         tables = sorted(sa.inspect(connection).get_table_names())

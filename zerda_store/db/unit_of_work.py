@@ -222,26 +222,34 @@ def attempt(
         clean = True
         return result
     except dialect.loaded_dbapi.Error as orig:
-        lost = _is_lost(dialect, orig, connection.dbapi_connection, cursor)
-        if lost:
-            connection.invalidate(orig)
-            connections.drop_connections()
-        error = cast(
-            DBAPIError,
-            DBAPIError.instance(
-                None,
-                None,
-                orig,
-                dialect.loaded_dbapi.Error,
-                connection_invalidated=lost,
-                dialect=dialect,
-            ),
-        )
-        if committing and lost:
-            raise LostCommit(error) from orig
-        raise error from orig
+        raise driver_failure(connections, connection, orig, cursor, committing=committing) from orig
     finally:
         _give_back(connections, connection, cursor, autocommit, clean)
+
+
+def driver_failure(
+    connections: Connections, connection: Any, orig: Exception, cursor: Any, *, committing: bool
+) -> Exception:
+    """What an attempt raises for the driver's error ``orig``: SQLAlchemy's
+    :class:`DBAPIError` for it, or :class:`LostCommit` when the connection was lost while
+    ``committing``. A lost connection is dropped, and the pool's others with it."""
+    dialect = connections.engine.dialect
+    lost = _is_lost(dialect, orig, connection.dbapi_connection, cursor)
+    if lost:
+        connection.invalidate(orig)
+        connections.drop_connections()
+    error = cast(
+        DBAPIError,
+        DBAPIError.instance(
+            None,
+            None,
+            orig,
+            dialect.loaded_dbapi.Error,
+            connection_invalidated=lost,
+            dialect=dialect,
+        ),
+    )
+    return LostCommit(error) if committing and lost else error
 
 
 def _give_back(

@@ -41,6 +41,11 @@ class Resolver:
             return {}
         keys = sorted({m.key for m in mentions} | {m.core_key for m in mentions})
         rows = transaction.run(self.statements.candidates, {"session_id": session_id, "keys": keys})
+        return self.targets_among(rows, mentions)
+
+    def targets_among(self, rows: Sequence[Any], mentions: Sequence[Mention]) -> dict[str, Target]:
+        """:meth:`targets`, among candidate rows already read (``entity_key``,
+        ``entity_name``, ``core_key``, ``name``: ``IdentityStatements.candidates``)."""
         if not rows:
             return {}
         candidates = _grouped(rows)
@@ -76,7 +81,7 @@ class Resolver:
             )
 
 
-def _grouped(rows: list[Any]) -> list[Candidate]:
+def _grouped(rows: Sequence[Any]) -> list[Candidate]:
     names: dict[str, list[str]] = {}
     cores: dict[str, str] = {}
     for row in rows:

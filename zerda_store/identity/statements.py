@@ -31,7 +31,7 @@ def _in_list(column: Any, dialect: Dialect) -> Any:
     return column.in_(sa.select(values.c.value))
 
 
-def _candidates(dialect: Dialect) -> Any:
+def candidates_select(dialect: Dialect) -> Any:
     """Entities whose key or core is among ``:keys``, and the aliases whose key or core is,
     each with its entity's key and name: the names a mention may join
     (``identity.resolve``). Four parts, one index each (an OR of two lists would read
@@ -94,7 +94,7 @@ class IdentityStatements(Statements):
         entity_in_session = entities.c.session_id == session_param()
         snippet_in_session = contexts.c.session_id == session_param()
         merge_in_session = entity_merges.c.session_id == session_param()
-        self.candidates = compiled(_candidates(dialect))
+        self.candidates = compiled(candidates_select(dialect))
         self.add_alias = compiled(
             insert(entity_aliases)
             .values(_values(entity_aliases, ALIAS_COLUMNS))

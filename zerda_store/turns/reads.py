@@ -19,6 +19,7 @@ from ..model.names import FOLD_V1, KEY_RULES, KeyRules
 from ..model.records import EntityRecord, Mention, SessionStats
 from ..retention.policy import Visibility
 from .history import PAGE_SIZE, TurnHistory
+from .resolving_recall import ResolvingRecall, split_rows
 from .rows import entity_record, newest, recalled
 from .statements import TurnStatements
 
@@ -33,6 +34,7 @@ class Reads(TurnHistory):
         self._identity = store.statements(IdentityStatements)
         self._resolver = Resolver(self._identity, rules) if rules is not None else None
         self.resolver = self._resolver
+        self._resolving = store.statements(ResolvingRecall)
 
     def key_rules(self, session_id: str) -> KeyRules | None:
         """The key rules the session was keyed with, or None if none is recorded (a session
@@ -91,8 +93,8 @@ class Reads(TurnHistory):
     ) -> list[tuple[EntityRecord, list[str]]]:
         """The entities the mentions name that have snippets, in the order of the mentions,
         each with its last ``limit`` snippets (oldest first). The mentions are resolved
-        (aliases, titled forms) by one statement, then recalled by one statement (on
-        SQLite, one per ``RECALL_CHUNK`` keys), with no transaction around them."""
+        (aliases, titled forms) in the statement that reads the snippets, with no
+        transaction around it (:mod:`resolving_recall`)."""
         rows, unique = self.store.read(self.recall_work(session_id, mentions, limit, visible))
         return recalled(rows, unique, visible)
 
@@ -103,32 +105,37 @@ class Reads(TurnHistory):
         limit: int,
         visible: Visibility | None,
     ) -> Callable[[Transaction], tuple[list[Any], list[str]]]:
-        """The recall statements' rows and the keys recalled, in order (:func:`recalled`
-        makes them the result)."""
+        """The recall's snippet rows and the keys recalled, in order (:func:`recalled`
+        makes them the result). On Postgres one statement resolves the mentions and reads
+        the snippets; on SQLite, where resolving costs more than a statement, the mentions'
+        own keys are read first, and only if one of them names no entity with snippets is
+        that statement run."""
         resolver = self._resolver
         aged = visible is not None
-
-        def recall(transaction: Transaction, keys: list[str]) -> list[Any]:
-            batches = self._statements.recall_batches(session_id, keys, limit, aged=aged)
-            return [
-                row for statement, values in batches for row in transaction.run(statement, values)
-            ]
+        own = list(dict.fromkeys(m.key for m in mentions))
+        first = []
+        if resolver is None or self.store.dialect == "sqlite":
+            first = self._statements.recall_batches(session_id, own, limit, aged=aged)
+        resolving = self._resolving.statement(aged)
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
-            # Mentions of entities by their own keys (the usual case) take one statement;
-            # only the others are resolved (aliases, titled forms), and recalled after.
-            own = list(dict.fromkeys(m.key for m in mentions))
-            rows = recall(transaction, own)
-            found = {row.name_key for row in rows}
-            missing = [m for m in mentions if m.key not in found]
-            if resolver is None or not missing:
+            rows = [
+                row for statement, values in first for row in transaction.run(statement, values)
+            ]
+            if resolver is None:
                 return rows, own
-            targets = resolver.targets(transaction, session_id, missing)
+            if first and {row.name_key for row in rows} >= set(own):
+                return rows, own
+            if not mentions:
+                return [], []
+            values = ResolvingRecall.values(session_id, mentions, limit)
+            rows, candidates = split_rows(transaction.run(resolving, values))
+            targets = resolver.targets_among(candidates, mentions)
             unique = list(
                 dict.fromkeys(targets[m.key].key if m.key in targets else m.key for m in mentions)
             )
-            more = [key for key in unique if key not in found and key not in own]
-            return (rows + recall(transaction, more) if more else rows), unique
+            wanted = set(unique)
+            return [row for row in rows if row.name_key in wanted], unique
 
         return work
 

@@ -14,13 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..db.engine import Store
-from ..db.unit_of_work import SessionLock, Transaction
+from ..db.pipeline import write_pipelined
+from ..db.unit_of_work import SessionLock, SessionLockStatements, Transaction
 from ..identity.resolution import KnownKeyRules, check_key_rules
 from ..model.names import KeyRules
 from ..model.records import NewTurn
 from .attachment import Attachment, insert_turns
 from .reads import Reads
 from .rows import new_outcome_row, new_turn_row
+from .single_trip import SingleTripSave
 
 
 class Repository(Reads):
@@ -30,6 +32,11 @@ class Repository(Reads):
     def __init__(self, store: Store, rules: KeyRules | None = None) -> None:
         super().__init__(store, rules)
         self._known = store.statements(KnownKeyRules).checked
+        self._single_trip = (
+            store.statements(SingleTripSave)
+            if store.dialect == "postgresql" and rules is not None
+            else None
+        )
 
     def _checked_rules(self, session_id: str) -> Callable[[Transaction, float], None]:
         """What a save runs first: the session's key rules checked (and recorded by its
@@ -51,8 +58,33 @@ class Repository(Reads):
 
     def save_turn(self, session_id: str, turn: NewTurn) -> int | None:
         """Store one turn with its entities and snippets; None if its idempotency key was
-        already used in this session."""
+        already used in this session. On Postgres, a turn whose names need no resolution
+        is saved in one round trip (:mod:`single_trip`)."""
+        if self._single_trip is not None and self._single_trip_fits(session_id, turn):
+            resolved, turn_id = self._save_in_one_trip(session_id, turn)
+            if resolved:
+                return turn_id
         return self.store.write(*self.save_turn_work(session_id, turn))
+
+    def _single_trip_fits(self, session_id: str, turn: NewTurn) -> bool:
+        return self._checked_rules(session_id) is _nothing and SingleTripSave.fits(turn)
+
+    def _save_in_one_trip(self, session_id: str, turn: NewTurn) -> tuple[bool, int | None]:
+        """The turn saved by one statement after the session's lock, in one pipeline:
+        (True, its id, or None for an idempotency key used before); (False, None), with
+        nothing written, when its names need resolution."""
+        assert self._single_trip is not None
+        lock = self.store.statements(SessionLockStatements).shared
+        [row] = write_pipelined(
+            self.store,
+            [
+                (lock, {"session_id": session_id}),
+                (self._single_trip.statement, SingleTripSave.values(session_id, turn)),
+            ],
+        )
+        if row.resolution_needed:
+            return False, None
+        return True, None if row.turn_id is None else int(row.turn_id)
 
     def save_turn_work(
         self, session_id: str, turn: NewTurn

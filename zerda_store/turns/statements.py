@@ -57,11 +57,12 @@ ENTITY_SELECT = (
 )
 
 
-def _recall_by_keys(count: int, aged: bool = False) -> Any:
+def _recall_by_keys(count: int, aged: bool = False, keyed: Any = None) -> Any:
     """SQLite (no LATERAL): the session's entities keyed ``:key_0`` … (unique index),
     joined to the snippets whose ids are among each one's newest ``:limit`` (a correlated
     subquery on the contexts index led by entity_id, read backwards and cut at the
-    limit), then fetched by primary key. ``aged`` adds each snippet's creation time."""
+    limit), then fetched by primary key. ``aged`` adds each snippet's creation time;
+    ``keyed`` replaces the filter on the entities' keys."""
     newest = contexts.alias("newest")
     newest_ids = (
         sa.select(newest.c.id)
@@ -81,14 +82,18 @@ def _recall_by_keys(count: int, aged: bool = False) -> Any:
             *age,
         )
         .join_from(entities, contexts, contexts.c.id.in_(newest_ids))
-        .where(entities.c.session_id == sa.bindparam("session_id"), entities.c.name_key.in_(keys))
+        .where(
+            entities.c.session_id == sa.bindparam("session_id"),
+            entities.c.name_key.in_(keys) if keyed is None else keyed,
+        )
     )
 
 
-def _recall_lateral(aged: bool = False) -> Any:
+def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
     """Postgres: the session's entities keyed ``:keys`` (unique index), each joined
     LATERAL to its newest ``:limit`` snippets (the contexts index led by entity_id, read
-    backwards and cut at the limit). ``aged`` adds each snippet's creation time."""
+    backwards and cut at the limit). ``aged`` adds each snippet's creation time;
+    ``keyed`` replaces the filter on the entities' keys."""
     age = (contexts.c.created_at,) if aged else ()
     newest = (
         sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"), *age)
@@ -102,19 +107,18 @@ def _recall_lateral(aged: bool = False) -> Any:
         .limit(sa.bindparam("limit"))
         .lateral("newest")
     )
-    return (
-        sa.select(
-            *ENTITY_SELECT,
-            newest.c.text,
-            newest.c.turn_seq,
-            newest.c.context_id,
-            *((newest.c.created_at,) if aged else ()),
-        )
-        .join_from(entities, newest, sa.true())
-        .where(
-            entities.c.session_id == sa.bindparam("session_id"),
-            entities.c.name_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String))),
-        )
+    selected = sa.select(
+        *ENTITY_SELECT,
+        newest.c.text,
+        newest.c.turn_seq,
+        newest.c.context_id,
+        *((newest.c.created_at,) if aged else ()),
+    )
+    return selected.join_from(entities, newest, sa.true()).where(
+        entities.c.session_id == sa.bindparam("session_id"),
+        entities.c.name_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String)))
+        if keyed is None
+        else keyed,
     )
 
 

@@ -1,0 +1,125 @@
+"""The connection a migration runs on: one transaction that only one migrating process holds
+at a time (an advisory lock on Postgres; SQLite's write lock), with SQLite's foreign keys
+off for the duration and checked before the commit, or on Postgres (``per_revision``) a
+session-level lock so that Alembic commits each revision on its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from ..errors import LockTimeoutError, SchemaNotCurrentError
+from .engine import Store
+
+if TYPE_CHECKING:
+    pass
+
+# Alembic is imported where a function needs it: importing zerda_store, or running a
+# command that never migrates, does not load it.
+
+# Any constant will do; it only has to be the same in every process that migrates.
+
+# Any constant will do; it only has to be the same in every process that migrates.
+_ADVISORY_LOCK_KEY = 0x7A657264  # "zerd"
+MIGRATION_WAIT_MS = 600_000
+
+
+def _raw_sqlite(connection: Connection, pragma: str) -> None:
+    connection.connection.driver_connection.execute(pragma)  # type: ignore[union-attr]
+
+
+@contextmanager
+def locked_connection(store: Store, *, per_revision: bool = False) -> Iterator[Connection]:
+    """A connection in one transaction that only one migrating process holds at a time.
+
+    On SQLite foreign keys are switched off for the duration (batch migrations copy tables)
+    and checked before the commit. ``per_revision`` (Postgres only): no transaction around
+    the whole, but a session-level advisory lock, so Alembic commits each revision on its
+    own and the tables' locks are released between revisions (other connections' reads and
+    writes wait for one revision at most, not for the whole upgrade).
+    """
+    store.check_writable()
+    if per_revision and store.dialect == "postgresql":
+        with _session_locked_connection(store) as connection:
+            yield connection
+        return
+    with alembic_connection(store, locked=True) as connection:
+        yield connection
+
+
+@contextmanager
+def _session_locked_connection(store: Store) -> Iterator[Connection]:
+    """A Postgres connection outside any transaction that holds the migration advisory
+    lock for its session, waiting long for it (another deploy job may be migrating).
+
+    It waits by trying again, outside any transaction: a process blocked in a statement
+    holds a snapshot, which the other's CREATE INDEX CONCURRENTLY would wait for."""
+    with store.connect() as connection:
+        previous = connection.exec_driver_sql("SHOW lock_timeout").scalar()
+        connection.exec_driver_sql(f"SET lock_timeout = {MIGRATION_WAIT_MS}")
+        connection.commit()
+        deadline = time.monotonic() + MIGRATION_WAIT_MS / 1000
+        try_lock = text("SELECT pg_try_advisory_lock(:key)")
+        while not connection.execute(try_lock, {"key": _ADVISORY_LOCK_KEY}).scalar():
+            connection.commit()
+            if time.monotonic() > deadline:
+                raise LockTimeoutError(
+                    f"another process has been migrating {store.safe_url} for "
+                    f"{MIGRATION_WAIT_MS // 1000} s: waited for it, gave up"
+                )
+            time.sleep(0.2)
+        connection.commit()
+        try:
+            yield connection
+        finally:
+            try:
+                if connection.in_transaction():
+                    connection.rollback()
+                connection.execute(
+                    text("SELECT pg_advisory_unlock(:key)"), {"key": _ADVISORY_LOCK_KEY}
+                )
+                connection.execute(
+                    text("SELECT set_config('lock_timeout', :v, false)"), {"v": previous}
+                )
+                connection.commit()
+            except Exception:
+                # A connection that may still hold the lock must not go back to the pool.
+                connection.invalidate()
+                raise
+
+
+@contextmanager
+def alembic_connection(store: Store, *, locked: bool) -> Iterator[Connection]:
+    """A connection in one transaction for Alembic (whose env.py wants SQLite's foreign keys
+    off); ``locked``: a write transaction that one migrating process holds at a time."""
+    with store.connect() as connection:
+        if store.dialect == "sqlite":
+            # Outside any transaction, where SQLite honours it; the driver is in autocommit.
+            _raw_sqlite(connection, "PRAGMA foreign_keys=OFF")
+            if locked:
+                # Another process may be rebuilding a large table: wait for it, not 5 s.
+                _raw_sqlite(connection, f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
+                connection.execution_options(sqlite_begin="IMMEDIATE")
+        try:
+            with connection.begin():
+                if locked and store.dialect == "postgresql":
+                    # Waiting for another deploy job, or for the locks of running saves, is
+                    # expected here: wait long, not the store's lock_timeout.
+                    connection.exec_driver_sql(f"SET LOCAL lock_timeout = {MIGRATION_WAIT_MS}")
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK_KEY}
+                    )
+                yield connection
+                if locked and store.dialect == "sqlite":
+                    problems = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if problems:
+                        raise SchemaNotCurrentError(f"migration broke foreign keys: {problems[:5]}")
+        finally:
+            if store.dialect == "sqlite":
+                _raw_sqlite(connection, "PRAGMA foreign_keys=ON")
+                _raw_sqlite(connection, f"PRAGMA busy_timeout={round(store.lock_timeout * 1000)}")

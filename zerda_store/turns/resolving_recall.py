@@ -1,0 +1,119 @@
+"""A recall that resolves its names in the statement that reads the snippets.
+
+One statement returns two kinds of rows: the candidates a mention may join (the entities
+and aliases whose key or core is among the mentions' keys and cores, as
+``IdentityStatements.candidates`` finds them), and the newest snippets of every candidate
+entity. The mentions are resolved among the candidates (``identity.resolve``), and the
+snippets of the entities they name are kept: one round trip, whatever the names.
+
+A candidate row has no ``context_id``; its ``text`` is the name it was found by and its
+``core_key`` that name's core. Built from :mod:`zerda_store.schema`, compiled once per store
+and shape; no I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Dialect
+
+from ..db.driver import CompiledStatement, compile_statement
+from ..db.schema import contexts, entities, entity_aliases
+from ..identity.statements import candidates_select
+from ..model.records import Mention
+from .statements import _recall_by_keys, _recall_lateral
+
+
+class CandidateRow(NamedTuple):
+    """A candidate as ``resolution.Resolver`` reads one."""
+
+    entity_key: str
+    entity_name: str
+    core_key: str
+    name: str
+
+
+def _candidate_entities() -> Any:
+    """Postgres: the entities among the candidates, by conditions on the parameters alone
+    (each an index, OR-ed as a bitmap): planned well even before the tables' statistics
+    say how many rows a session has, unlike a join to the candidates."""
+    keys = sa.bindparam("keys", type_=ARRAY(sa.String))
+    session = sa.bindparam("session_id", type_=sa.String)
+    aliased = sa.select(entity_aliases.c.entity_id).where(
+        entity_aliases.c.session_id == session,
+        sa.or_(
+            entity_aliases.c.alias_key == sa.any_(keys), entity_aliases.c.core_key == sa.any_(keys)
+        ),
+    )
+    return sa.or_(
+        entities.c.name_key == sa.any_(keys),
+        entities.c.core_key == sa.any_(keys),
+        entities.c.id == sa.any_(sa.func.array(aliased.scalar_subquery())),
+    )
+
+
+def _resolving_recall(dialect: Dialect, aged: bool) -> Any:
+    found = candidates_select(dialect).cte("candidates")
+    if dialect.name == "postgresql":
+        snippets = _recall_lateral(aged, _candidate_entities())
+    else:
+        keyed = entities.c.name_key.in_(sa.select(found.c.entity_key))
+        snippets = _recall_by_keys(0, aged, keyed)
+    snippets = snippets.add_columns(sa.null().cast(entities.c.core_key.type).label("core_key"))
+    nothing = {
+        "id": entities.c.id.type,
+        "entity_type": entities.c.entity_type.type,
+        "first_seen": entities.c.first_seen.type,
+        "last_seen": entities.c.last_seen.type,
+        "turn_seq": contexts.c.turn_seq.type,
+        "context_id": contexts.c.id.type,
+        "created_at": contexts.c.created_at.type,
+    }
+    given = {
+        "name": found.c.entity_name,
+        "name_key": found.c.entity_key,
+        "text": found.c.name,
+        "core_key": found.c.core_key,
+    }
+    names = list(snippets.selected_columns.keys())
+    candidates = sa.select(
+        *(
+            (given[name] if name in given else sa.null().cast(nothing[name])).label(name)
+            for name in names
+        )
+    )
+    return sa.union_all(snippets, candidates.select_from(found))
+
+
+class ResolvingRecall:
+    """The resolving recall statements of one dialect (plain and aged): one per store."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        self._compiled: dict[bool, CompiledStatement] = {}
+
+    def statement(self, aged: bool) -> CompiledStatement:
+        compiled = self._compiled.get(aged)
+        if compiled is None:
+            compiled = compile_statement(_resolving_recall(self._dialect, aged), self._dialect)
+            self._compiled[aged] = compiled
+        return compiled
+
+    @staticmethod
+    def values(session_id: str, mentions: Sequence[Mention], limit: int) -> dict[str, Any]:
+        keys = sorted({m.key for m in mentions} | {m.core_key for m in mentions})
+        return {"session_id": session_id, "limit": limit, "keys": keys}
+
+
+def split_rows(rows: list[Any]) -> tuple[list[Any], list[CandidateRow]]:
+    """The snippet rows, and the candidate rows as the resolver reads them."""
+    snippets = [row for row in rows if row.context_id is not None]
+    candidates = [
+        CandidateRow(row.name_key, row.name, row.core_key, row.text)
+        for row in rows
+        if row.context_id is None
+    ]
+    return snippets, candidates
