@@ -7,7 +7,7 @@ import pytest
 
 from zerda_store.identity import similar
 from zerda_store.identity.similar import similar_pairs
-from zerda_store.model.names import FOLD_V2
+from zerda_store.model.names import FOLD_V2, held_apart_key
 
 NAMES = ["Sarah", "Acme Corp", "Sarah Chen", "Acme's", "Acme", "Jonathan", "Jonathon"]
 
@@ -69,3 +69,17 @@ def test_the_work_on_look_alike_names_grows_linearly(monkeypatch):
         per_name = 2 * similar.NEIGHBOURS + similar.WINDOW
         assert calls["within"] <= count * per_name, (count, calls)
         assert len(pairs) <= count * (per_name + len(similar.RULES) * similar.WINDOW)
+
+
+def test_stored_cores_pair_titled_forms_and_a_core_held_apart_is_computed_again():
+    names = ["Dr Sarah Chen", "Sarah Chen", "Acme Corp", "Acme"]
+    cores = [similar.identify(name, FOLD_V2).core for name in names]
+    held = [cores[0], held_apart_key(7), cores[2], cores[3]]
+
+    expected = similar_pairs(names, FOLD_V2)
+
+    assert similar_pairs(names, FOLD_V2, cores=cores) == expected
+    assert similar_pairs(names, FOLD_V2, cores=held) == expected
+    assert ("Dr Sarah Chen", "Sarah Chen", "title or legal suffix") in [
+        (pair.a, pair.b, pair.reason) for pair in expected
+    ]

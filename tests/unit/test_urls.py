@@ -158,3 +158,24 @@ def test_a_postgres_url_without_psycopg_names_the_extra_to_install(monkeypatch):
     assert "pip install '.[postgres]' in a checkout" in message
     assert "py3-none-any.whl[postgres]'" in message  # the wheel's form too
     assert "secret" not in message
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "-c x.pw=Zq81vB",
+        "-cx.pw=Zq81vB -c search_path=zerda",
+        "--app.password=Zq81vB",
+        "-c a.token=Zq81vB",
+    ],
+)
+def test_a_secret_setting_inside_options_is_masked_and_the_others_shown(options: str) -> None:
+    written = f"postgresql://app@127.0.0.1/crm?options={quote(options, safe='')}"
+    url = resolve_url(written)
+    shown = safe_url(url)
+    assert "Zq81vB" not in shown and "***" in shown
+    if "search_path" in options:
+        assert "search_path" in shown and "zerda" in shown
+    with Store(written) as store:
+        said = store.describe(RuntimeError(f"driver said: Zq81vB / {quote('Zq81vB')}"))
+        assert "Zq81vB" not in said and "Zq81vB" not in repr(store)

@@ -29,7 +29,10 @@ DEFAULT_DATABASE_URL = "sqlite:///zerda_store.db"
 DATABASE_URL_ENV = "ZERDA_STORE_DATABASE_URL"
 
 # A query key whose value is a secret: password, sslpassword, and the like.
-_SECRET_KEY = re.compile(r"pass|pwd|secret|token|credential", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token|credential|(?<![a-z])pw(?![a-z])", re.IGNORECASE)
+# A setting inside libpq's ``options=`` (``-c name=value``, ``-cname=value``,
+# ``--name=value``): a secret-looking name's value is a secret too.
+_OPTION_SETTING = re.compile(r"(?:-c\s*|--)([A-Za-z0-9_.\-]+)=((?:\\.|\S)*)")
 
 # Where the database is: a host (or [IPv6 address]) holding no "@", a port, then an optional
 # database and query. In a URL without userinfo the port must be a number and an "@" may
@@ -98,6 +101,34 @@ def is_secret_key(key: str) -> bool:
     return _SECRET_KEY.search(key) is not None
 
 
+def _option_secrets(options: str) -> list[str]:
+    """The values of the secret-looking settings of an ``options=`` value."""
+    return [
+        found.group(2)
+        for found in _OPTION_SETTING.finditer(options)
+        if is_secret_key(found.group(1)) and found.group(2)
+    ]
+
+
+def _masked_options(options: str) -> str:
+    """An ``options=`` value with its secret settings' values masked."""
+
+    def masked(found: re.Match[str]) -> str:
+        if not is_secret_key(found.group(1)) or not found.group(2):
+            return found.group(0)
+        return found.group(0)[: found.start(2) - found.start(0)] + MASK
+
+    return _OPTION_SETTING.sub(masked, options)
+
+
+def _shown_value(key: str, value: str) -> str:
+    if is_secret_key(key):
+        return MASK
+    if key == "options":
+        return quote_plus(_masked_options(value)).replace(quote_plus(MASK), MASK)
+    return quote_plus(value)
+
+
 def secret_query(url: URL) -> dict[str, str | tuple[str, ...]]:
     """The query items of ``url`` that hold secrets."""
     return {key: value for key, value in url.query.items() if is_secret_key(key)}
@@ -126,7 +157,7 @@ def safe_url(url: URL) -> str:
         at = len(rest) if slash < 0 else slash
         shown = f"{scheme}://{rest[:at]}{','.join(hosts)}{rest[at:]}"
     items = [
-        f"{quote_plus(key)}={MASK if is_secret_key(key) else quote_plus(value)}"
+        f"{quote_plus(key)}={_shown_value(key, value)}"
         for key in sorted(query)
         for value in _values(query[key])
     ]
@@ -151,10 +182,13 @@ def host_list(url: URL) -> list[str] | None:
 
 
 def secrets(url: URL) -> list[str]:
-    """Every secret ``url`` holds: its password and its secret query values."""
+    """Every secret ``url`` holds: its password, its secret query values and the secret
+    settings inside ``options=``."""
     found = [str(url.password)] if url.password else []
     for value in secret_query(url).values():
         found += [item for item in _values(value) if item]
+    for options in _values(url.query.get("options", ())):
+        found += _option_secrets(options)
     return found
 
 

@@ -157,6 +157,12 @@ class IdentityRepository:
         entry: MergeEntry = self._write(session_id, work)
         return entry
 
+    def names_and_cores(self, session_id: str) -> list[tuple[str, str]]:
+        """Every entity's name and stored core key, in first-seen order."""
+        statement, values = self._statements.names_and_cores, {"session_id": session_id}
+        rows = self.store.read(lambda transaction: transaction.run(statement, values))
+        return [(row.name, row.core_key) for row in rows]
+
     def merges(self, session_id: str) -> list[MergeEntry]:
         """The session's merge log, oldest first."""
         rows = self.store.read(

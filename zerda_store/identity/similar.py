@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from ..model.names import EXACT, KeyRules, fold_v2_text
+from ..model.names import EXACT, KeyRules, fold_v2_text, is_held_apart
 from .rules import identify
 
 # The Arabic article at the start of a word, after an optional conjunction or preposition.
@@ -75,16 +75,27 @@ REASONS = (*(reason for reason, _ in RULES), SPELLING, FIRST_NAME)
 
 
 def similar_pairs(
-    names: Sequence[str], rules: KeyRules, limit: int | None = None
+    names: Sequence[str],
+    rules: KeyRules,
+    limit: int | None = None,
+    cores: Sequence[str] | None = None,
 ) -> list[SimilarPair]:
     """Pairs of ``names`` (one per entity, in first-seen order) that may name one
-    entity, each pair once, best first; at most ``limit`` of them (None: all)."""
+    entity, each pair once, best first; at most ``limit`` of them (None: all).
+    ``cores``: the names' core keys as stored (else computed: the costliest step); a core
+    held apart by an unmerge is computed from the name, so that the pair is still shown."""
     if rules is EXACT:
         return []
     folded = [fold_v2_text(name) for name in names]
     found: dict[tuple[int, int], int] = {}
     for rank, (_reason, loose) in enumerate(RULES):
-        forms = (loose(name, text, rules) for name, text in zip(names, folded, strict=True))
+        if loose is _core and cores is not None:
+            forms: Iterable[str] = (
+                identify(name, rules).core if is_held_apart(core) else core
+                for name, core in zip(names, cores, strict=True)
+            )
+        else:
+            forms = (loose(name, text, rules) for name, text in zip(names, folded, strict=True))
         for members in _blocks(forms).values():
             for pair in _block_pairs(members, folded):
                 found.setdefault(pair, rank)

@@ -223,6 +223,12 @@ class IdentityStatements(Statements):
                 merge_in_session, entity_merges.c.id == param("merge_id")
             )
         )
+        # The names and cores ``similar_entities`` pairs, in first-seen order.
+        self.names_and_cores = compiled(
+            sa.select(entities.c.name, entities.c.core_key)
+            .where(entities.c.session_id == session_param())
+            .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
+        )
         self.merges = compiled(
             sa.select(*entity_merges.c).where(merge_in_session).order_by(entity_merges.c.id)
         )

@@ -68,5 +68,7 @@ class IdentityMethods(MemoryCore):
         the likeliest first; at most ``limit`` pairs (None: all)."""
         if limit is not None:
             checked_whole_number(limit, "limit (or None for all)", 1, MAX_COUNT)
-        names = [entity.name for entity in self._repository.iter_entities(self.session_id)]
-        return [asdict(pair) for pair in similar_pairs(names, self.key_rules, limit)]
+        entities = self._identity.names_and_cores(self.session_id)
+        names, cores = [name for name, _ in entities], [core for _, core in entities]
+        pairs = similar_pairs(names, self.key_rules, limit, cores=cores)
+        return [asdict(pair) for pair in pairs]
