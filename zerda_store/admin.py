@@ -25,12 +25,12 @@ from .db.schema import (
     in_same_session,
     turns,
 )
-from .db.validation import checked_session_id, checked_text
+from .db.validation import checked_session_id
 from .errors import SessionNotEmptyError
 from .model.names import KeyRules
 from .model.records import PendingTurn
 from .retention.policies import Policies
-from .retention.policy import describe, make_rule
+from .retention.policy import describe, make_rule, type_scope
 from .retention.pruning import Pruner
 from .transfer.exporting import export_session
 from .transfer.importing import Importer
@@ -152,7 +152,7 @@ class AdminRepository:
         type or for one (see :meth:`ConversationEntityMemory.set_retention`); the rule as
         stored. ``merge=True`` keeps the stored rule's fields that are not given here
         (setting ``max_age`` alone then keeps an earlier ``keep_last``)."""
-        kind = ANY_SCOPE if entity_type is None else checked_text(entity_type, "entity_type")
+        kind = type_scope(entity_type)
         policies = Policies(self.store)
         stored = policies.stored(_scope(session_id)).get(kind) if merge else None
         if stored is not None:
@@ -185,7 +185,7 @@ class AdminRepository:
 
     def clear_retention(self, session_id: str | None, *, entity_type: str | None = None) -> int:
         """Delete a session's (or the default's) rules, or one entity type's; how many."""
-        kind = None if entity_type is None else checked_text(entity_type, "entity_type")
+        kind = None if entity_type is None else type_scope(entity_type)
         return Policies(self.store).clear(_scope(session_id), kind)
 
     def prune(self, session_id: str | None = None, *, dry_run: bool = False) -> dict[str, int]:

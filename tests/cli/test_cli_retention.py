@@ -134,3 +134,23 @@ def test_retention_on_an_empty_postgres_database_creates_no_schema(empty_databas
         assert sa.inspect(engine).get_table_names() == []
     finally:
         engine.dispose()
+
+
+def test_numbers_and_types_outside_the_rules_are_one_line_and_change_nothing(populated):
+    for args in (
+        ("--keep-last", "99999999999999999999"),
+        ("--keep-last", str(2**31)),
+        ("--max-age", "9" * 400 + "d"),
+        ("--keep-last", "2", "--entity-type", "x" * 65),
+        ("--keep-last", "2", "--entity-type", ""),
+        ("--keep-last", "2", "--entity-type", "PER\x1bSON"),
+    ):
+        result = invoke(populated, "retention", "set", "--session", "acme", *args)
+        assert result.exit_code != 0 and "Traceback" not in result.output, args
+        assert result.stderr.strip().splitlines()[-1].startswith("Error: "), result.stderr
+    shown = json_of(invoke(populated, "retention", "show", "--session", "acme", "--json"))
+    assert (shown["keep_last"], shown["by_type"]) == (None, {})
+    args = ("--keep-last", "2", "--entity-type", "x" * 65)
+    assert "entity_type" in one_line_error(
+        invoke(populated, "retention", "set", "--session", "acme", *args)
+    )

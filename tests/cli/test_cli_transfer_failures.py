@@ -96,6 +96,21 @@ def test_an_export_cut_short_at_any_line_is_refused_and_writes_nothing(shared_po
         ("created_at", "1e300", "field 'created_at' is out of range"),
         ("created_at", "-1", "field 'created_at' is out of range"),
         ("id", str(2**64), "field 'id' is out of range"),
+        ("created_at", str(10**400), "field 'created_at' is out of range"),
+        ("created_at", str(-(10**400)), "field 'created_at' is out of range"),
+        ("latency_ms", str(10**400), "field 'latency_ms' is out of range"),
+        ("created_at", "9" * 5000, "a number of more than 4300 digits"),
+    ],
+    ids=[
+        "infinity",
+        "nan",
+        "1e300",
+        "negative",
+        "id-2**64",
+        "10**400",
+        "-10**400",
+        "latency-10**400",
+        "5000-digits",
     ],
 )
 def test_numbers_that_would_corrupt_the_store_are_refused(

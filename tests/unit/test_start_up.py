@@ -59,3 +59,10 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 def test_the_command_line_reads_the_engine_s_environment_variable() -> None:
     database_url = next(p for p in cli_main.params if p.name == "database_url")
     assert database_url.envvar == urls.DATABASE_URL_ENV
+
+
+def test_the_command_line_checks_the_input_rules_bounds() -> None:
+    from zerda_store.cli import common
+    from zerda_store.db import validation
+
+    assert (common.MAX_COUNT, common.MAX_SECONDS) == (validation.MAX_COUNT, validation.MAX_SECONDS)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .common import Context, json_option, plural, print_text
+from .common import MAX_COUNT, MAX_SECONDS, Context, json_option, plural, print_text
 
 # The units a duration is written in on the command line, largest first.
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -27,7 +27,10 @@ class Duration(click.ParamType[float, Any]):
         found = re.fullmatch(r"\s*(\d+)\s*([dhms])\s*", str(value))
         if found is None or int(found.group(1)) == 0:
             self.fail(f"{value!r} is not a duration: give {_FORMS}", param, ctx)
-        return float(int(found.group(1)) * _UNITS[found.group(2)])
+        seconds = int(found.group(1)) * _UNITS[found.group(2)]
+        if seconds > MAX_SECONDS:  # (an int of any size; a float of it would overflow)
+            self.fail(f"{value!r} is longer than {written(MAX_SECONDS)}", param, ctx)
+        return float(seconds)
 
 
 def written(seconds: float | None) -> str:
@@ -66,7 +69,7 @@ def retention() -> None:
 
 @retention.command("set")
 @_with_scope
-@click.option("--keep-last", type=click.IntRange(min=1), help="Snippets kept per entity.")
+@click.option("--keep-last", type=click.IntRange(1, MAX_COUNT), help="Snippets kept per entity.")
 @click.option(
     "--max-age", type=Duration(), help=f"Drop snippets and turns older than this ({_FORMS})."
 )

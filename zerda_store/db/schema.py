@@ -240,6 +240,11 @@ def insert_columns(table: sa.Table) -> tuple[str, ...]:
     return tuple(column.name for column in table.c if not column.primary_key)
 
 
+def max_integer(column: sa.Column[object]) -> int:
+    """The largest value a whole-number column takes on every backend (32 or 64 bits)."""
+    return 2**63 - 1 if isinstance(column.type, sa.BigInteger) else 2**31 - 1
+
+
 def max_length(column: sa.Column[object]) -> int | None:
     """The most characters a text column takes, or None for unbounded text."""
     length = getattr(column.type, "length", None)

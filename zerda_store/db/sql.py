@@ -21,8 +21,10 @@ from .driver import CompiledStatement, compile_statement
 T = TypeVar("T")
 
 
-def param(name: str, type_: Any = sa.Integer) -> Any:
-    """A named, typed parameter (compiled statements take no anonymous ones)."""
+def param(name: str, type_: Any = sa.BigInteger) -> Any:
+    """A named, typed parameter (compiled statements take no anonymous ones). Whole numbers
+    are 64-bit by default, as ids are: a 32-bit parameter would refuse an id past 2**31 on
+    Postgres (its cast is ``::INTEGER``)."""
     return sa.bindparam(name, type_=type_)
 
 

@@ -1,14 +1,26 @@
-"""Checks on what callers pass in: text every backend can store, and identifiers within
-the schema's limits. Refusals are TypeError/ValueError naming the argument."""
+"""Checks on what callers pass in: text every backend can store, identifiers, names and
+numbers within the schema's limits. Refusals are TypeError/ValueError naming the argument,
+raised before anything is written, the same on every backend (docs/hardening.md lists
+every rule)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from datetime import timedelta
 
-from .schema import max_length, turns
+from ..model.names import is_acceptable_name
+from .schema import entities, max_integer, max_length, retention_policies, turns
 
 MAX_SESSION_ID_LENGTH = max_length(turns.c.session_id) or 255
 MAX_IDEMPOTENCY_KEY_LENGTH = max_length(turns.c.idempotency_key) or 255
+MAX_NAME_LENGTH = max_length(entities.c.name) or 256
+MAX_TYPE_LENGTH = max_length(entities.c.entity_type) or 64
+MAX_COUNT = max_integer(retention_policies.c.keep_last)
+MAX_ID = max_integer(entities.c.id)
+# The longest duration a policy takes: from the epoch to the end of year 9999, the range
+# of every stored time (an export's times are checked against the same bound).
+MAX_SECONDS = 253_402_300_799.0
 
 
 def checked_text(value: object, what: str) -> str:
@@ -44,3 +56,54 @@ def checked_identifier(value: object, what: str, limit: int = MAX_SESSION_ID_LEN
     if not 1 <= len(text) <= limit:
         raise ValueError(f"{what} must be 1 to {limit} characters long")
     return text
+
+
+def checked_name(value: object, what: str, limit: int = MAX_NAME_LENGTH) -> str:
+    """A name every table and every path (export, import, copy) can store: 1 to ``limit``
+    characters, no control characters; else TypeError/ValueError."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not is_acceptable_name(value, limit):
+        raise ValueError(
+            f"{what} must be 1 to {limit} characters without control characters, got "
+            f"{_shown(value)}"
+        )
+    return value
+
+
+def checked_entity_type(value: object, what: str = "entity_type") -> str:
+    """An entity type as the schema stores it (1 to 64 characters, no control characters)."""
+    return checked_name(value, what, MAX_TYPE_LENGTH)
+
+
+def checked_whole_number(
+    value: object, what: str, low: int, high: int, error: type[ValueError] = ValueError
+) -> int:
+    """An int (not a bool) from ``low`` to ``high``; else ``error`` (a ValueError)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise error(f"{what} must be a whole number from {low:,} to {high:,}, got {_shown(value)}")
+    return value
+
+
+def checked_seconds(value: object, what: str) -> float:
+    """A duration (timedelta or a number of seconds, not a bool) as positive seconds, at
+    most ``MAX_SECONDS``; else ValueError."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        # A comparison, not float(): an int of 400 digits has no float.
+        seconds = float(value) if -MAX_SECONDS <= value <= MAX_SECONDS else math.nan
+    else:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_SECONDS:
+        raise ValueError(
+            f"{what} must be a positive duration (a timedelta or seconds, at most "
+            f"{MAX_SECONDS:,.0f}), got {_shown(value)}"
+        )
+    return seconds
+
+
+def _shown(value: object) -> str:
+    """A refused value as a message shows it: on one line, never thousands of characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."

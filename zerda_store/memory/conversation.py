@@ -12,10 +12,8 @@ from datetime import timedelta
 from typing import Any
 
 from ..db.engine import Store
-from ..db.schema import ANY_SCOPE
 from ..db.validation import (
     checked_session_id,
-    checked_text,
     mapping_text,
 )
 from ..errors import KeyRulesMismatchError
@@ -23,7 +21,7 @@ from ..model.names import EXACT, FOLD_V2, FOLD_V2_CASELESS
 from ..model.records import (
     ForgetReceipt,
 )
-from ..retention.policy import describe, make_rule
+from ..retention.policy import describe, make_rule, type_scope
 from ..turns.repository import Repository
 from .base import RECALL_LIMIT, checked_key, entity_info, outcome
 from .conversation_aio import AsyncMethods
@@ -78,7 +76,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         (timedelta or seconds). Replaces the rule of the same scope; reads hide what it
         expires at once, :meth:`prune` deletes it."""
         rule = make_rule(keep_last, max_age, session_idle)
-        scope_type = ANY_SCOPE if entity_type is None else checked_text(entity_type, "entity_type")
+        scope_type = type_scope(entity_type)
         self._policies.set(self.session_id, scope_type, rule, self._now())
         self._policy.forget()
 
@@ -90,7 +88,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
     def clear_retention(self, *, entity_type: str | None = None) -> int:
         """Delete this session's own rules (or one entity type's); the default, if any,
         applies again. Returns how many rules were deleted."""
-        scope_type = None if entity_type is None else checked_text(entity_type, "entity_type")
+        scope_type = None if entity_type is None else type_scope(entity_type)
         deleted = self._policies.clear(self.session_id, scope_type)
         self._policy.forget()
         return deleted

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from ..db.validation import checked_text
+from ..db.validation import MAX_ID, checked_name, checked_text, checked_whole_number
+from ..errors import MergeError
 from ..identity.similar import similar_pairs
 from .base import MemoryCore
 
@@ -22,7 +23,7 @@ class IdentityMethods(MemoryCore):
         return self._identity.add_alias(
             self.session_id,
             checked_text(name, "entity name"),
-            checked_text(alias, "alias"),
+            checked_name(alias, "alias"),
             self._now(),
         )
 
@@ -49,6 +50,7 @@ class IdentityMethods(MemoryCore):
         self.store.check_writable()
         if isinstance(merge_id, bool) or not isinstance(merge_id, int):
             raise TypeError("merge_id must be an int")
+        checked_whole_number(merge_id, "merge_id", 1, MAX_ID, MergeError)
         return asdict(self._identity.unmerge(self.session_id, merge_id, self._now()))
 
     def merges(self) -> list[dict[str, Any]]:

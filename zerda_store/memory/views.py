@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
-from ..db.validation import checked_text
+from ..db.validation import MAX_COUNT, MAX_ID, checked_text, checked_whole_number
 from ..model.records import EntityRecord, Mention, TurnRecord
 from ..retention.policy import Visibility
 from ..turns.repository import Repository
@@ -50,8 +50,8 @@ class Entity:
 
     def get_recent_contexts(self, limit: int | None = 3) -> list[str]:
         """The last ``limit`` snippets, oldest first; ``None`` gives all of them."""
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be at least 1 (or None for all), got {limit}")
+        if limit is not None:
+            checked_whole_number(limit, "limit (or None for all)", 1, MAX_COUNT)
         return self._repository.recent_contexts(
             self._session_id, self._id, limit, self._visible(), self.entity_type
         )
@@ -127,6 +127,8 @@ class ChatMemoryView(Sequence[dict[str, Any]]):
         visible = self._visible()
         if isinstance(index, slice):
             return [_turn_dict(t) for t in repository.turns_slice(session_id, index, visible)]
+        if not -MAX_ID <= index < MAX_ID:  # beyond any offset a database takes
+            raise IndexError("chat_memory index out of range")
         if index < 0:  # counted from the newest turn: no need to count them all first
             page = repository.turns_page(
                 session_id, -index - 1, 1, newest_first=True, visible=visible

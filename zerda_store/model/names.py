@@ -213,10 +213,10 @@ def is_held_apart(key: str) -> bool:
     return key.startswith(HELD_APART)
 
 
-def is_acceptable_name(name: str) -> bool:
-    """True when a name can be stored: at most 256 code points, no control characters and
-    no lone surrogates (which no database can store as UTF-8)."""
-    if not name or len(name) > MAX_NAME_LENGTH:
+def is_acceptable_name(name: str, limit: int = MAX_NAME_LENGTH) -> bool:
+    """True when a name can be stored: 1 to ``limit`` code points (256: a name's column),
+    no control characters and no lone surrogates (which no database can store as UTF-8)."""
+    if not name or len(name) > limit:
         return False
     return _UNSTORABLE.search(name) is None
 

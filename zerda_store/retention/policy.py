@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from ..db.schema import ANY_SCOPE
 from ..db.sql import param
 from ..db.unit_of_work import SessionLock
+from ..db.validation import MAX_COUNT, checked_entity_type, checked_seconds, checked_whole_number
 
 # How long a memory keeps the policy it read before reading it again (seconds).
 POLICY_CACHE_SECONDS = 30.0
@@ -29,12 +30,13 @@ NO_CUTOFF = -math.inf
 
 def seconds(duration: timedelta | float | None, what: str) -> float | None:
     """A duration as positive seconds (None stays None)."""
-    if duration is None:
-        return None
-    value = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
-    if not value > 0 or math.isinf(value):
-        raise ValueError(f"{what} must be a positive duration, got {duration!r}")
-    return value
+    return None if duration is None else checked_seconds(duration, what)
+
+
+def type_scope(entity_type: str | None) -> str:
+    """The entity-type scope of a rule: ``''`` (every type) for None, else the type,
+    checked as the schema stores types (an empty type is refused, not read as every type)."""
+    return ANY_SCOPE if entity_type is None else checked_entity_type(entity_type)
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,8 @@ def make_rule(
     session_idle: timedelta | float | None = None,
 ) -> Rule:
     """A rule from the API's arguments (durations as timedelta or seconds), checked."""
-    if keep_last is not None and (
-        isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1
-    ):
-        raise ValueError(f"keep_last must be a whole number of at least 1, got {keep_last!r}")
+    if keep_last is not None:
+        checked_whole_number(keep_last, "keep_last", 1, MAX_COUNT)
     rule = Rule(keep_last, seconds(max_age, "max_age"), seconds(session_idle, "session_idle"))
     if rule == Rule():
         raise ValueError("a retention rule needs keep_last, max_age or session_idle")

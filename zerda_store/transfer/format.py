@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -113,8 +114,12 @@ def _sync_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
+class _NotANumber(ValueError):
+    pass
+
+
 def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number")
+    raise _NotANumber(f"{name} is not a number")
 
 
 def _parse(line: str, number: int) -> Any:
@@ -122,8 +127,13 @@ def _parse(line: str, number: int) -> Any:
         return json.loads(line, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"line {number}: not valid JSON ({exc.msg})") from None
-    except ValueError as exc:
+    except _NotANumber as exc:
         raise ImportFormatError(f"line {number}: {exc} (JSON has no NaN or Infinity)") from None
+    except ValueError:  # Python's limit on the digits of an int read from text
+        raise ImportFormatError(
+            f"line {number}: a number of more than {sys.get_int_max_str_digits()} digits, "
+            "out of range of every field"
+        ) from None
     except RecursionError:
         raise ImportFormatError(
             f"line {number}: nested too deeply to be an export record"
