@@ -94,3 +94,111 @@ def test_a_file_of_other_key_rules_is_refused_by_a_session_keyed_otherwise(datab
     succeeded(invoke(database_url, "export", "--session", "x", "-o", str(path)))
     error = one_line_error(invoke(database_url, "import", str(path), "--session", "y", "--merge"))
     assert "keyed with the 'exact' key rules" in error
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _rewrite(path: Path, records: list[dict[str, object]]) -> Path:
+    """``records`` (without an end line) as a whole file: counts and checksum recomputed."""
+    body = [json.dumps(r, ensure_ascii=False) + "\n" for r in records if r["kind"] != "end"]
+    counts = {"turns": 0, "entities": 0, "contexts": 0, "aliases": 0}
+    for record in records:
+        plural = {"turn": "turns", "entity": "entities", "context": "contexts", "alias": "aliases"}
+        if record["kind"] in plural:
+            counts[plural[str(record["kind"])]] += 1
+    digest = hashlib.sha256("".join(body).encode()).hexdigest()
+    end = json.dumps({"kind": "end", **counts, "sha256": digest}) + "\n"
+    path.write_text("".join(body) + end, encoding="utf-8")
+    return path
+
+
+def _entity_id(records: list[dict[str, object]], name: str) -> object:
+    return next(r["id"] for r in records if r["kind"] == "entity" and r["name"] == name)
+
+
+def _alias(entity_id: object, alias: str) -> dict[str, object]:
+    return {"kind": "alias", "entity_id": entity_id, "alias": alias, "source": "manual",
+            "created_at": 1.0}  # fmt: skip
+
+
+def _refused_import(database_url: str, path: Path, session_id: str) -> str:
+    error = one_line_error(invoke(database_url, "import", str(path), "--session", session_id))
+    with ConversationEntityMemory(database_url=database_url, session_id=session_id) as memory:
+        assert memory.list_entities() == [] and memory.aliases() == []
+    return error
+
+
+def test_an_import_refuses_the_aliases_add_alias_refuses(database_url, tmp_path):
+    seed(database_url)
+    good = tmp_path / "s.jsonl"
+    succeeded(invoke(database_url, "export", "--session", "s", "-o", str(good)))
+    records = _records(good)[:-1]
+    robert, acme = _entity_id(records, "Robert Smith"), _entity_id(records, "Acme Corp")
+    for number, (alias, expected) in enumerate(
+        [
+            (_alias(robert, "acme corp"), "is the name of another entity"),
+            (_alias(robert, "..."), "has no letters or digits"),
+            (_alias(acme, "BOBBY"), "is an alias of another entity already"),
+            (_alias(robert, "ROBERT SMITH"), "is the entity's own name"),
+            (_alias(robert, "Bobby"), "a second alias"),
+        ]
+    ):
+        bad = _rewrite(tmp_path / f"bad-{number}.jsonl", [*records, alias])
+        error = _refused_import(database_url, bad, f"t{number}")
+        assert f"line {len(records) + 1}" in error and "'alias'" in error, error
+        assert expected in error, error
+
+
+def test_an_import_refuses_an_entity_whose_core_key_is_missing_or_not_its_names(
+    database_url, tmp_path
+):
+    seed(database_url)
+    good = tmp_path / "s.jsonl"
+    succeeded(invoke(database_url, "export", "--session", "s", "-o", str(good)))
+    records = _records(good)[:-1]
+    number = next(i for i, r in enumerate(records) if r["kind"] == "entity")
+    for label, change in (("missing", None), ("wrong", "someone else")):
+        entity = dict(records[number])
+        if change is None:
+            del entity["core_key"]
+        else:
+            entity["core_key"] = change
+        bad = _rewrite(
+            tmp_path / f"{label}.jsonl", [*records[:number], entity, *records[number + 1 :]]
+        )
+        error = _refused_import(database_url, bad, f"core-{label}")
+        assert f"line {number + 1}" in error and "'core_key'" in error, error
+
+
+def test_an_import_receipt_counts_the_aliases(database_url, tmp_path):
+    seed(database_url)
+    path = tmp_path / "s.jsonl"
+    succeeded(invoke(database_url, "export", "--session", "s", "-o", str(path)))
+    receipt = succeeded(invoke(database_url, "import", str(path), "--session", "t")).stdout
+    assert receipt.strip().endswith("2 aliases"), receipt
+
+
+def test_an_import_merged_into_a_session_refuses_an_alias_of_its_other_entities(
+    database_url, tmp_path
+):
+    seed(database_url)
+    path = tmp_path / "s.jsonl"
+    succeeded(invoke(database_url, "export", "--session", "s", "-o", str(path)))
+    with url_maker(database_url)(KeywordLLM(["Bobby", "Rob"]), session_id="u") as memory:
+        memory.save_context({"input": "Bobby called"}, {"output": "ok"})
+    with url_maker(database_url)(KeywordLLM(["Rob", "Robert"]), session_id="v") as memory:
+        memory.save_context({"input": "Rob called"}, {"output": "ok"})
+        memory.add_alias("Rob", "ACME Corporation")
+
+    def entities(session_id: str) -> list[str]:
+        with ConversationEntityMemory(database_url=database_url, session_id=session_id) as memory:
+            return memory.list_entities()
+
+    for session_id, before in (("u", ["Bobby"]), ("v", ["Rob"])):
+        error = one_line_error(
+            invoke(database_url, "import", str(path), "--session", session_id, "--merge")
+        )
+        assert "names another entity" in error and "nothing was imported" in error
+        assert entities(session_id) == before

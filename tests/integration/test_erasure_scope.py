@@ -133,3 +133,34 @@ def test_forget_without_turns_leaves_failed_turns_in_place(make_memory):
 
     assert (receipt["turns_deleted"], receipt["turns_updated"]) == (0, 1)
     assert [turn["output"] for turn in memory.chat_memory] == ["failed", "good"]
+
+
+def test_forget_with_turns_after_a_forget_without_reaches_the_turns_naming_the_person(
+    make_memory,
+):
+    memory = make_memory(KeywordLLM(["Sarah Chen", "Tom", "Omar"]))
+    memory.save_context({"input": "Sarah Chen met Tom"}, {"output": "ok"})
+    memory.save_context({"input": "Omar alone"}, {"output": "ok"})
+    memory.save_context({"input": "sarah chen called again"}, {"output": "ok"})
+    memory.forget_entity("Sarah Chen")  # the turn texts stay
+    assert memory.list_entities() == ["Tom", "Omar"]
+
+    receipt = memory.forget_entity("Sarah Chen", with_turns=True)
+
+    assert (receipt["turns_deleted"], receipt["entities"], receipt["contexts"]) == (2, 1, 1)
+    assert [turn["input"] for turn in memory.chat_memory] == ["Omar alone"]
+    assert memory.list_entities() == ["Omar"]  # Tom was known only from a deleted turn
+    assert memory.forget_entity("Sarah Chen", with_turns=True)["turns_deleted"] == 0
+    assert memory.forget_entity("...", with_turns=True)["turns_deleted"] == 0
+    assert len(memory.chat_memory) == 1
+
+
+def test_forget_with_turns_reaches_a_turn_whose_extraction_missed_the_name(make_memory):
+    memory = make_memory(KeywordLLM(["Sarah", "Tom"]))
+    memory.save_context({"input": "Sarah met Tom"}, {"output": "ok"})
+    memory.save_context({"input": "Tom heard SARAH was out"}, {"output": "ok"})
+
+    receipt = memory.forget_entity("Sarah", with_turns=True)
+
+    assert receipt["turns_deleted"] == 2
+    assert len(memory.chat_memory) == 0 and memory.list_entities() == []

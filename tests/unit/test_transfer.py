@@ -27,6 +27,7 @@ ENTITY = {
     "kind": "entity",
     "id": 3,
     "name_key": "sarah",
+    "core_key": "sarah",
     "name": "Sarah",
     "entity_type": "unknown",
     "first_seen": 1.5,
@@ -115,9 +116,9 @@ def test_a_key_that_does_not_match_its_name_is_refused():
 
 
 def test_exact_keys_are_accepted_but_not_mixed_with_normalized_ones():
-    exact = {**ENTITY, "name": "Sarah", "name_key": "Sarah"}
+    exact = {**ENTITY, "name": "Sarah", "name_key": "Sarah", "core_key": "Sarah"}
     assert read_session(_file(TURN, exact))[1][1]["name_key"] == "Sarah"
-    normalized = {**ENTITY, "id": 4, "name": "Omar", "name_key": "omar"}
+    normalized = {**ENTITY, "id": 4, "name": "Omar", "name_key": "omar", "core_key": "omar"}
     _refused(TURN, exact, normalized, match="line 4: field 'name_key' is keyed differently")
 
 

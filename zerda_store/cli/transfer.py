@@ -88,7 +88,15 @@ def import_command(
     print_text(
         f"imported into {session_id!r}: {plural(counts['turns'], 'turn')}, "
         f"{plural(counts['entities'], 'entity')}, {plural(counts['contexts'], 'snippet')}"
+        + (
+            f", {counts['aliases']} {_ALIASES[counts['aliases'] == 1]}"
+            if "aliases" in counts
+            else ""
+        )
     )
+
+
+_ALIASES = ("aliases", "alias")
 
 
 @contextmanager

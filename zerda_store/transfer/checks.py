@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..db.schema import contexts, entities, extractions, max_length, turns
+from ..identity.rules import identify
 from ..model.names import (
     EXACT,
     FOLD_V1,
@@ -115,6 +116,7 @@ class CheckedFile:
     its entities, and whether it ended with a matching end line."""
 
     session_id: str = ""
+    version: int = 0
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     # The rules the file's keys agree with so far (all of them, to begin with).
     key_rules: tuple[KeyRules, ...] = CURRENT_RULES
@@ -122,6 +124,10 @@ class CheckedFile:
     _entity_ids: set[int] = field(default_factory=set)
     _unique: set[tuple[str, str, Any]] = field(default_factory=set)
     _snippets: set[tuple[int, int]] = field(default_factory=set)
+    # Entity names by id, then (at the first alias) entity ids by key, and alias keys.
+    _entity_names: dict[int, str] = field(default_factory=dict)
+    _entity_keys: dict[str, int] | None = None
+    _alias_keys: dict[str, int] = field(default_factory=dict)
 
 
 def problem(number: int, field_name: str, what: str) -> ImportFormatError:
@@ -202,9 +208,24 @@ def _check_entity(record: dict[str, Any], number: int, checked: CheckedFile) -> 
     if checked.counts["context"]:
         raise ImportFormatError(f"line {number}: entities must come before snippets")
     _check_key(record, number, checked)
+    if checked.version >= 3:
+        _check_core(record, number, checked)
     _claim(checked, "entity", "id", record["id"], number)
     _claim(checked, "entity", "name_key", record["name_key"], number)
     checked._entity_ids.add(record["id"])
+    checked._entity_names[record["id"]] = name
+
+
+def _check_core(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
+    """A format 3 entity carries its core key (the key without titles and legal forms,
+    which titled mentions find it by): it must be the one its name gives."""
+    core = record.get("core_key")
+    if not isinstance(core, str):
+        raise problem(number, "core_key", "is missing or of the wrong type")
+    cores = {identify(record["name"], rules).core for rules in checked.key_rules}
+    if core not in cores:
+        expected = identify(record["name"], checked.key_rules[0]).core
+        raise problem(number, "core_key", f"does not match the name (expected {expected!r})")
 
 
 def _check_key(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
@@ -252,3 +273,27 @@ def _check_alias(record: dict[str, Any], number: int, checked: CheckedFile) -> N
         raise problem(number, "alias", "is not a storable name")
     if record["source"] not in ALIAS_SOURCES:
         raise problem(number, "source", f"is not one of {sorted(ALIAS_SOURCES)}")
+    _check_alias_identity(record, number, checked)
+
+
+def _check_alias_identity(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
+    """The rules of ``add_alias``, under the rules the import keys with: an alias names
+    something, is not an entity's name, and belongs to one entity."""
+    rules = file_key_rules(checked)
+    if checked._entity_keys is None:
+        names = checked._entity_names
+        checked._entity_keys = {rules.key(name): id_ for id_, name in names.items()}
+    key, owner = rules.key(record["alias"]), record["entity_id"]
+    if not key:
+        raise problem(number, "alias", "has no letters or digits to name an entity by")
+    named = checked._entity_keys.get(key)
+    if named == owner:
+        raise problem(number, "alias", "is the entity's own name")
+    if named is not None:
+        raise problem(number, "alias", "is the name of another entity (merge them instead)")
+    held = checked._alias_keys.get(key)
+    if held == owner:
+        raise problem(number, "alias", "is a second alias of its entity with the same key")
+    if held is not None:
+        raise problem(number, "alias", "is an alias of another entity already")
+    checked._alias_keys[key] = owner

@@ -157,6 +157,7 @@ def check_session(lines: Iterable[str], *, allow_unverified: bool = False) -> Ch
         if version is None:
             version = _check_header(record, number, allow_unverified)
             checked.session_id = record["session_id"]
+            checked.version = version
             checked.key_rules = _header_rules(record, version)
         elif isinstance(record, dict) and record.get("kind") == "end" and version >= 2:
             end = record

@@ -230,11 +230,12 @@ class _SessionWriter:
         rules = self._rules or DEFAULT_KEY_RULES
         for r in records:
             identity = identify(r["alias"], rules)
-            self._transaction.run(
+            entity_id = self._entity_ids[r["entity_id"]]
+            added = self._transaction.run(
                 self._identity.add_alias,
                 {
                     "session_id": self._session_id,
-                    "entity_id": self._entity_ids[r["entity_id"]],
+                    "entity_id": entity_id,
                     "alias_key": identity.key,
                     "core_key": identity.core,
                     "alias": r["alias"],
@@ -242,7 +243,21 @@ class _SessionWriter:
                     "created_at": r["created_at"],
                 },
             )
+            self._check_alias_joined(r["alias"], identity.key, entity_id, bool(added))
         self.counts["aliases"] = self.counts.get("aliases", 0) + len(records)
+
+    def _check_alias_joined(self, alias: str, key: str, entity_id: int, added: bool) -> None:
+        """Into a session that held data (``--merge``): the alias may name none of its
+        other entities, by their name or by an alias (the file itself was checked)."""
+        assert self._identity is not None
+        values = {"session_id": self._session_id, "key": key, "alias_key": key}
+        named = self._transaction.run(self._identity.entity_by_key, values)
+        held = [] if added else self._transaction.run(self._identity.alias_by_key, values)
+        if named or any(row.entity_id != entity_id for row in held):
+            raise StoreError(
+                f"the file's alias {alias!r} names another entity of session "
+                f"{self._session_id!r}: merge them there first; nothing was imported"
+            )
 
     def _write_contexts(self, records: list[dict[str, Any]]) -> None:
         seq = self._seq or _SequenceMap(self._turn_ids)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -78,13 +79,13 @@ class ErasureStatements(Statements):
         self.delete_turn = compiled(
             turns.delete().where(turns_in_session, turns.c.id == param("turn_id"))
         )
-        self.failed_turns = compiled(
-            sa.select(turns.c.id, turns.c.input_text, turns.c.output_text)
-            .join(
-                extractions,
-                in_same_session(extractions.c.turn_id, turns.c.id),
-            )
-            .where(extractions.c.session_id == session_param(), extractions.c.status == "failed")
+        self.session_turns = compiled(
+            sa.select(
+                turns.c.id, turns.c.input_text, turns.c.output_text, turns.c.entity_names
+            ).where(turns_in_session)
+        )
+        self.delete_turn_snippets = compiled(
+            contexts.delete().where(snippets_in_session, contexts.c.turn_id == param("turn_id"))
         )
         self.delete_snippets = compiled(
             contexts.delete().where(snippets_in_session, contexts.c.entity_id == entity)
@@ -178,8 +179,11 @@ class Erasure:
     ) -> tuple[Callable[[Transaction], ForgetReceipt | None], SessionLock]:
         def work(transaction: Transaction) -> ForgetReceipt | None:
             found = self._entity_named(transaction, session_id, key)
-            if not found:
+            if not found and not with_turns:
                 return None
+            if not found:
+                # Forgotten before without its turns: their texts may still name it.
+                return self._forget_turns_only(transaction, session_id, key, normalize)
             entity = entity_record(found[0])
             self._erase_errors_naming(transaction, session_id, entity.key, normalize)
             if with_turns:
@@ -219,21 +223,74 @@ class Erasure:
         statements, values = self._statements, {"entity_id": entity.id, "session_id": session_id}
         snippets = transaction.run(statements.count_snippets_with_turns, values)[0].count
         # The other entities of those turns: deleted below if they are left with no snippet.
-        others = transaction.run(statements.named_alongside, values)
+        others = {row.entity_id for row in transaction.run(statements.named_alongside, values)}
         turns_deleted = transaction.count(statements.delete_turns_naming, values)
-        # Turns whose extraction failed name nobody yet; a later reextract would bring the
-        # entity back from them.
-        failed = self._failed_turns_mentioning(transaction, session_id, entity.key, normalize)
-        turns_deleted += transaction.run_many(
-            statements.delete_turn,
-            [{"session_id": session_id, "turn_id": turn_id} for turn_id in failed],
-        )
+        aliases = transaction.run(self._identity.aliases_of, values)
+        keys = {entity.key, *(alias.alias_key for alias in aliases)}
+        # Turns whose extraction failed, or missed the name, or was forgotten before
+        # without its turns: a later reextract would bring the entity back from them.
+        mentioning = self._delete_turns_mentioning(transaction, session_id, keys, normalize)
         self._delete_entity(transaction, session_id, entity)
-        orphans = transaction.run_many(
-            statements.delete_if_orphan,
-            [{"session_id": session_id, "entity_id": row.entity_id} for row in others],
+        orphans = self._delete_orphans(transaction, session_id, others, mentioning.names, normalize)
+        return ForgetReceipt(
+            entity.name,
+            1 + orphans,
+            int(snippets) + mentioning.snippets,
+            turns_deleted + mentioning.turns,
+            0,
         )
-        return ForgetReceipt(entity.name, 1 + orphans, int(snippets), turns_deleted, 0)
+
+    def _forget_turns_only(
+        self, transaction: Transaction, session_id: str, key: str, normalize: bool
+    ) -> ForgetReceipt | None:
+        """``with_turns`` for a name no entity has (any more): the turns whose text holds
+        it, their snippets, and the entities known only from them. None if there are none."""
+        self._erase_errors_naming(transaction, session_id, key, normalize)
+        mentioning = self._delete_turns_mentioning(transaction, session_id, {key}, normalize)
+        if not mentioning.turns:
+            return None
+        orphans = self._delete_orphans(transaction, session_id, set(), mentioning.names, normalize)
+        return ForgetReceipt(key, orphans, mentioning.snippets, mentioning.turns, 0)
+
+    def _delete_turns_mentioning(
+        self, transaction: Transaction, session_id: str, keys: set[str], normalize: bool
+    ) -> _Mentioning:
+        """Delete the session's turns whose text holds one of ``keys`` as whole words,
+        with their snippets (one parameter set per turn)."""
+        patterns = [_whole_words(key, normalize) for key in keys if key]
+        found = _Mentioning()
+        if not patterns:  # a name of no letters or digits mentions nothing
+            return found
+        rows = transaction.run(self._statements.session_turns, {"session_id": session_id})
+        ids = []
+        for row in rows:
+            text = _searchable(f"{row.input_text} {row.output_text}", normalize)
+            if any(pattern.search(text) for pattern in patterns):
+                ids.append({"session_id": session_id, "turn_id": row.id})
+                found.names.update(row.entity_names)
+        found.snippets = transaction.run_many(self._statements.delete_turn_snippets, ids)
+        found.turns = transaction.run_many(self._statements.delete_turn, ids)
+        return found
+
+    def _delete_orphans(
+        self,
+        transaction: Transaction,
+        session_id: str,
+        ids: set[int],
+        names: set[str],
+        normalize: bool,
+    ) -> int:
+        """Delete those of the entities (by id, or named in ``names``) that have no
+        snippet left; how many."""
+        for name in names:
+            for row in self._entity_named(
+                transaction, session_id, name_key(name, normalize=normalize)
+            ):
+                ids.add(row.id)
+        return transaction.run_many(
+            self._statements.delete_if_orphan,
+            [{"session_id": session_id, "entity_id": i} for i in sorted(ids)],
+        )
 
     def _erase_errors_naming(
         self, transaction: Transaction, session_id: str, key: str, normalize: bool
@@ -248,17 +305,6 @@ class Erasure:
             if pattern.search(_searchable(row.error, normalize))
         ]
         transaction.run_many(self._statements.erase_error, naming)
-
-    def _failed_turns_mentioning(
-        self, transaction: Transaction, session_id: str, key: str, normalize: bool
-    ) -> list[int]:
-        failed = transaction.run(self._statements.failed_turns, {"session_id": session_id})
-        pattern = _whole_words(key, normalize)
-        return [
-            row.id
-            for row in failed
-            if pattern.search(_searchable(f"{row.input_text} {row.output_text}", normalize))
-        ]
 
     def _drop_name_from_turns(
         self, transaction: Transaction, session_id: str, entity: EntityRecord, normalize: bool
@@ -281,6 +327,15 @@ class Erasure:
         ]
         transaction.run_many(self._statements.set_names, updates)
         return len(updates)
+
+
+@dataclass
+class _Mentioning:
+    """What deleting the turns that mention a name deleted, and the names they listed."""
+
+    turns: int = 0
+    snippets: int = 0
+    names: set[str] = field(default_factory=set)
 
 
 def _whole_words(key: str, normalize: bool) -> re.Pattern[str]:
