@@ -175,8 +175,10 @@ def _postgres_online() -> None:
     swapped = (
         op.get_bind()
         .exec_driver_sql(
-            "SELECT 1 FROM pg_constraint WHERE conname = %(name)s",
-            {"name": _composite(*FOREIGN_KEYS[0][::2])},
+            # The table on the search_path: another schema may hold swapped tables.
+            "SELECT 1 FROM pg_constraint WHERE conname = %(name)s "
+            "AND conrelid = to_regclass(%(table)s)",
+            {"name": _composite(*FOREIGN_KEYS[0][::2]), "table": FOREIGN_KEYS[0][0]},
         )
         .first()
     )

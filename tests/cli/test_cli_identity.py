@@ -268,3 +268,13 @@ def test_reading_commands_name_a_missing_session(url):
     for command in (["alias", "list"], ["merges"], ["entities", "--similar"]):
         line = one_line_error(invoke(url, *command, "--session", "nope"))
         assert line == "Error: no session 'nope' in this database", command
+
+
+def test_similar_limit_keeps_the_likeliest_pairs_and_refuses_a_bad_limit(url):
+    every = json_of(invoke(url, "entities", "--session", SESSION, "--similar", "--json"))
+    first = json_of(
+        invoke(url, "entities", "--session", SESSION, "--similar", "--limit", "1", "--json")
+    )
+    assert first == every[:1] and first[0]["reason"] == "possessive"
+    bad = invoke(url, "entities", "--session", SESSION, "--similar", "--limit", str(2**31))
+    assert bad.exit_code != 0 and "Traceback" not in bad.output

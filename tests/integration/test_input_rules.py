@@ -157,3 +157,8 @@ def test_ids_past_32_bits_work_on_every_path_of_both_backends(database_url, make
     receipt = memory.forget_entity("Sarah Chen", with_turns=True)
     assert receipt["turns_deleted"] == 1
     assert memory.list_entities() == ["Acme Corp", "Sarah"]
+
+
+@pytest.mark.parametrize("limit", [0, -1, 2**31, True])
+def test_a_similar_entities_limit_outside_the_count_range_is_refused(memory, limit):
+    assert "limit" in refused(lambda: memory.similar_entities(limit=limit))

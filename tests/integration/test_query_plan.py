@@ -59,7 +59,7 @@ def busy_memory(database_url: str) -> Iterator[ConversationEntityMemory]:
 
 @contextmanager
 def reads_of_contexts(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
-    """The SELECT statements on the contexts table that run inside the block, with their
+    """The reads (SELECT, or WITH ... SELECT) of the contexts table that run inside the block, with their
     parameters."""
     with driver_calls(engine) as sent:
         reads: list[tuple[str, Any]] = []
@@ -67,7 +67,7 @@ def reads_of_contexts(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
     reads += [
         (statement, parameters)
         for statement, parameters in sent
-        if statement.lstrip().upper().startswith("SELECT") and "contexts" in statement
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")) and "contexts" in statement
     ]
 
 

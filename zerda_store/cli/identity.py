@@ -161,9 +161,9 @@ def merges(obj: Context, session_id: str, as_json: bool) -> None:
     )
 
 
-def similar(obj: Context, session_id: str, as_json: bool) -> None:
+def similar(obj: Context, session_id: str, as_json: bool, limit: int | None = None) -> None:
     """``entities --similar``: pairs of entities that may be one, with how to merge them."""
-    rows = session_memory(obj, session_id, reading=True).similar_entities()
+    rows = session_memory(obj, session_id, reading=True).similar_entities(limit=limit)
     output(rows, as_json, ("a", "b", "reason"))
     if not as_json and rows:
         print_text(

@@ -12,6 +12,7 @@ import json
 import click
 
 from .common import (
+    MAX_COUNT,
     Context,
     Group,
     escaped,
@@ -157,12 +158,19 @@ def sessions(obj: Context, as_json: bool) -> None:
     help="List pairs of entities that may be one (a, b, reason) instead; never merged "
     "automatically (see `merge`).",
 )
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_COUNT),
+    help="With --similar: at most this many pairs, the likeliest first.",
+)
 @json_option
 @click.pass_obj
-def entities(obj: Context, session_id: str, similar_pairs: bool, as_json: bool) -> None:
+def entities(
+    obj: Context, session_id: str, similar_pairs: bool, limit: int | None, as_json: bool
+) -> None:
     """List a session's entities in first-seen order (or, with --similar, likely duplicates)."""
     if similar_pairs:
-        similar(obj, session_id, as_json)
+        similar(obj, session_id, as_json, limit)
         return
     require_session(obj, session_id)
     rows = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from ..db.validation import MAX_ID, checked_name, checked_text, checked_whole_number
+from ..db.validation import MAX_COUNT, MAX_ID, checked_name, checked_text, checked_whole_number
 from ..errors import MergeError
 from ..identity.similar import similar_pairs
 from .base import MemoryCore
@@ -62,8 +62,11 @@ class IdentityMethods(MemoryCore):
         or "mention" for a titled form that joined its entity)."""
         return [asdict(entry) for entry in self._identity.aliases(self.session_id)]
 
-    def similar_entities(self) -> list[dict[str, str]]:
+    def similar_entities(self, limit: int | None = None) -> list[dict[str, str]]:
         """Pairs of the session's entities that may be one, for a person to confirm with
-        :meth:`merge_entities` (never merged automatically): ``a``, ``b`` and ``reason``."""
+        :meth:`merge_entities` (never merged automatically): ``a``, ``b`` and ``reason``,
+        the likeliest first; at most ``limit`` pairs (None: all)."""
+        if limit is not None:
+            checked_whole_number(limit, "limit (or None for all)", 1, MAX_COUNT)
         names = [entity.name for entity in self._repository.iter_entities(self.session_id)]
-        return [asdict(pair) for pair in similar_pairs(names, self.key_rules)]
+        return [asdict(pair) for pair in similar_pairs(names, self.key_rules, limit)]
