@@ -3,7 +3,7 @@ event loops at once and closing it closes every connection it opened; a unit of 
 whole without the event loop (a busy loop cannot hold a transaction open); a cancelled
 save is stored only when the cancellation came after its COMMIT was sent, and then the
 caller is told; async calls beyond the store's pool fail with :class:`PoolExhaustedError`
-instead of waiting without end.
+instead of waiting without end; closing the store stops its async calls' threads.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from zerda_store import (
     ConversationEntityMemory,
     PoolExhaustedError,
     Store,
+    StoreError,
 )
 from zerda_store.db.driver import compile_statement
 from zerda_store.db.unit_of_work import Transaction
@@ -117,6 +118,34 @@ def test_one_store_serves_two_event_loops_at_once_and_closing_it_closes_every_co
     assert open_connections(database_url) > 0  # the store's, until it is closed
     close(store)
     assert open_connections(database_url) == 0
+
+
+@pytest.mark.asyncio
+async def test_closing_the_store_stops_its_async_threads_and_refuses_later_async_calls(
+    database_url: str,
+) -> None:
+    before = set(threading.enumerate())
+    store = Store(database_url)
+    assert await store.awrite(lambda transaction: "written") == "written"
+    assert await store.aread(lambda transaction: "read") == "read"
+    assert store.llm_executor.submit(lambda: "extracted").result() == "extracted"
+    made = [
+        thread
+        for thread in set(threading.enumerate()) - before
+        if thread.name.startswith("zerda-store-")
+    ]
+    assert {thread.name.split("_")[0] for thread in made} >= {"zerda-store-db", "zerda-store-llm"}
+
+    await store.aclose()
+
+    for thread in made:
+        thread.join(HANG_GUARD_SECONDS)
+    assert not [thread.name for thread in made if thread.is_alive()]
+    assert open_connections(database_url) == 0
+    with pytest.raises(StoreError, match="closed"):
+        await store.aread(lambda transaction: "read")
+    with pytest.raises(StoreError, match="closed"):
+        store.llm_executor  # noqa: B018 - the property is what refuses
 
 
 # -- a unit of work runs whole, without the event loop -----------------------------------

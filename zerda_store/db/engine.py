@@ -1,5 +1,5 @@
-"""The shared :class:`Store` (its engines' connection settings are in :mod:`settings`, its
-async half in :mod:`engine_aio`, the URLs it accepts in :mod:`urls`).
+"""The shared :class:`Store` (its engines' connection settings are in :mod:`settings`, the
+async part it holds in :mod:`engine_aio`, the URLs it accepts in :mod:`urls`).
 
 SQLite gets durable commits, a busy timeout, foreign keys, and write transactions that
 begin IMMEDIATE (a deferred read-then-write transaction cannot wait for a concurrent writer
@@ -15,12 +15,14 @@ A store opened with ``read_only=True`` never writes: SQLite opens the file with 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 
 from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -34,7 +36,7 @@ from ..errors import (
     StoreError,
 )
 from . import unit_of_work
-from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncStore
+from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncPart
 from .kept import KeptConnections
 from .settings import (
     DEFAULT_LOCK_TIMEOUT,
@@ -56,15 +58,15 @@ C = TypeVar("C")
 S = TypeVar("S")
 
 
-class Store(AsyncStore):
+class Store:
     """One engine (one connection pool) and one set of compiled statements that many
     memories can share.
 
     ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
     connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
     a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
-    ``await`` :meth:`aclose`); closing never deletes data. Its async methods
-    (:class:`engine_aio.AsyncStore`) run each unit of work whole on one of
+    ``await`` :meth:`aclose`); closing never deletes data. Its async methods delegate to
+    the :class:`engine_aio.AsyncPart` it holds, which runs each unit of work whole on one of
     ``async_pool_size`` database threads, on the same pool. The pool keeps a connection for
     each of those threads and one more, and opens up to 10 more for sync callers; a call
     that finds no connection (or, async, no thread) free for ``pool_timeout`` seconds
@@ -98,7 +100,12 @@ class Store(AsyncStore):
         self.durability: Durability = durability
         self.read_only = read_only
         self.schema = checked_schema(schema) if schema is not None else None
-        self.init_async(llm_workers, async_pool_size)
+        self._aio = AsyncPart(
+            self,
+            llm_workers=llm_workers,
+            async_pool_size=async_pool_size,
+            pool_timeout=self.pool_timeout,
+        )
         self._statements: dict[Callable[[Dialect], Any], Any] = {}
         self._statements_lock = threading.Lock()
         try:
@@ -159,6 +166,12 @@ class Store(AsyncStore):
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
     def close(self) -> None:
         """Close every connection of the store (first running what :meth:`on_close`
         registered, such as stopping a sweeper, and waiting for the async calls' running
@@ -168,8 +181,13 @@ class Store(AsyncStore):
         for callback in reversed(callbacks):
             callback()
         self.closed = True
-        self.close_async()
+        self._aio.close()
         self.drop_connections()
+
+    async def aclose(self) -> None:
+        """:meth:`close` from async code: it waits for running units of work on a thread,
+        not on the event loop. The store cannot be used afterwards."""
+        await asyncio.to_thread(self.close)
 
     def on_close(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` when the store closes (the last registered first): how a
@@ -225,6 +243,30 @@ class Store(AsyncStore):
     def read(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
         """Run ``work``, reads only (:func:`unit_of_work.read`)."""
         return unit_of_work.read(self, work, snapshot=snapshot)
+
+    async def awrite(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
+        """:meth:`write`, awaited: run on one of the async part's database threads."""
+        self.check_writable()
+        return await self._aio.write(work, lock)
+
+    async def aread(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+        """:meth:`read`, awaited: run on one of the async part's database threads."""
+        return await self._aio.read(work, snapshot=snapshot)
+
+    @property
+    def llm_executor(self) -> ThreadPoolExecutor:
+        """The store's threads for synchronous extraction called from async code."""
+        return self._aio.llm_executor
+
+    @property
+    def llm_workers(self) -> int:
+        """How many threads :attr:`llm_executor` has."""
+        return self._aio.llm_workers
+
+    @property
+    def async_pool_size(self) -> int:
+        """How many database threads run the async calls' units of work."""
+        return self._aio.async_pool_size
 
     def borrow(self) -> Any:
         """A driver connection for one attempt of a unit of work: one that an earlier unit

@@ -1,24 +1,25 @@
-"""The async half of :class:`engine.Store`: awaited units of work on the store's database
+"""The async part of :class:`engine.Store`: awaited units of work on the store's database
 threads (:mod:`unit_of_work_aio`), and the threads that run synchronous extraction for
 async callers.
 
-Async calls use the store's one pool and its connection settings: the same lock
-timeout, read-only and schema settings, pragmas and read-only opening as the sync calls,
-because they are the same connections.
+The store makes one :class:`AsyncPart` in its constructor and holds it; its async methods
+delegate to it, and :meth:`Store.close` closes it. The part knows its store only as a
+:class:`unit_of_work.Database`, so async calls use the store's one pool and its connection
+settings: the same lock timeout, read-only and schema settings, pragmas and read-only
+opening as the sync calls, because they are the same connections.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, Self, TypeVar, cast
+from typing import TypeVar
 
 from ..errors import PoolExhaustedError, StoreError
 from . import unit_of_work_aio as async_unit_of_work
-from .unit_of_work import SessionLock, Transaction
-from .unit_of_work_aio import AsyncDatabase, DatabaseThreads
+from .unit_of_work import Database, SessionLock, Transaction
+from .unit_of_work_aio import DatabaseThreads
 
 # Threads for synchronous extraction (an LLM without agenerate, stanza) called from async
 # code: each waits on one model call, so they are many more than the cores.
@@ -28,46 +29,36 @@ DEFAULT_ASYNC_POOL_SIZE = 10
 T = TypeVar("T")
 
 
-class Owner(AsyncDatabase, Protocol):
-    """What the async methods need of the store they are methods of."""
+class AsyncPart:
+    """The threads of a store's async calls, and its units of work awaited on them.
 
-    def close(self) -> None: ...
-
-    def check_writable(self) -> None: ...
-
-
-class AsyncStore:
-    """The async methods of :class:`engine.Store`.
-
-    Their units of work run on ``async_pool_size`` database threads of the store, made on
-    first use and shared by every event loop (on SQLite, writes on one writer thread of
-    their own); synchronous extraction (an LLM without ``agenerate``, stanza) runs on the
-    store's own ``llm_workers`` threads, never on an event loop's default executor.
+    The units of work run on ``async_pool_size`` database threads, made on first use and
+    shared by every event loop (on SQLite, writes on one writer thread of their own);
+    synchronous extraction (an LLM without ``agenerate``, stanza) runs on ``llm_workers``
+    threads of its own, never on an event loop's default executor. A call that finds no
+    database thread free for ``pool_timeout`` seconds fails without running.
     """
 
-    closed: bool
-    dialect: str
-    pool_timeout: float
-
-    def init_async(self, llm_workers: int, async_pool_size: int) -> None:
+    def __init__(
+        self, database: Database, *, llm_workers: int, async_pool_size: int, pool_timeout: float
+    ) -> None:
         if llm_workers < 1 or async_pool_size < 1:
             raise ValueError("llm_workers and async_pool_size must be at least 1")
+        self._database = database
         self.llm_workers = llm_workers
         self.async_pool_size = async_pool_size
+        self.pool_timeout = pool_timeout
         self._threads: DatabaseThreads | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._threads_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._closed = False
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.aclose()
-
-    def close_async(self) -> None:
+    def close(self) -> None:
         """Stop the LLM threads, and wait for the database threads' running units of work
-        (from :meth:`Store.close`, before the pool's connections are closed)."""
-        with self._threads_lock:
+        (from :meth:`Store.close`, before the pool's connections are closed); threads are
+        never made again afterwards."""
+        with self._lock:
+            self._closed = True
             executor, self._executor = self._executor, None
             threads, self._threads = self._threads, None
         if executor is not None:
@@ -75,20 +66,15 @@ class AsyncStore:
         if threads is not None:
             threads.shutdown()
 
-    async def aclose(self) -> None:
-        """:meth:`Store.close` from async code: it waits for running units of work on a
-        thread, not on the event loop. The store cannot be used afterwards."""
-        await asyncio.to_thread(cast("Owner", self).close)
-
     def database_threads(self) -> DatabaseThreads:
         """The threads that run the async calls' units of work, made on first use."""
         threads = self._threads
         if threads is None:
-            with self._threads_lock:
-                if self.closed:
+            with self._lock:
+                if self._closed:
                     raise StoreError("this store is closed")
                 if self._threads is None:
-                    self._threads = DatabaseThreads(self.async_pool_size, self.dialect)
+                    self._threads = DatabaseThreads(self.async_pool_size, self._database.dialect)
                 threads = self._threads
         return threads
 
@@ -101,23 +87,21 @@ class AsyncStore:
             "fewer calls at once; nothing was run"
         )
 
-    async def awrite(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
-        """:meth:`Store.write`, awaited (:func:`unit_of_work_aio.write`)."""
-        store = cast("Owner", self)
-        store.check_writable()
-        return await async_unit_of_work.write(store, work, lock)
+    async def write(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
+        """One write transaction on a database thread (:func:`unit_of_work_aio.write`)."""
+        return await async_unit_of_work.write(self._database, self, work, lock)
 
-    async def aread(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
-        """:meth:`Store.read`, awaited (:func:`unit_of_work_aio.read`)."""
-        return await async_unit_of_work.read(cast("Owner", self), work, snapshot=snapshot)
+    async def read(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
+        """Reads only, on a database thread (:func:`unit_of_work_aio.read`)."""
+        return await async_unit_of_work.read(self._database, self, work, snapshot=snapshot)
 
     @property
     def llm_executor(self) -> ThreadPoolExecutor:
-        """The store's threads for synchronous extraction called from async code."""
+        """The threads for synchronous extraction called from async code, made on first use."""
         executor = self._executor
         if executor is None:
-            with self._threads_lock:
-                if self.closed:
+            with self._lock:
+                if self._closed:
                     raise StoreError("this store is closed")
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(

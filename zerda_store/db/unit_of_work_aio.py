@@ -61,9 +61,9 @@ class DatabaseThreads:
                 executor.shutdown(wait=True)
 
 
-class AsyncDatabase(Database, Protocol):
-    """What an awaited unit of work needs of the store: a sync unit of work's needs, its
-    database threads, and how long a call may wait for one of them."""
+class AsyncThreads(Protocol):
+    """Where an awaited unit of work runs (the store's async part is one): the database
+    threads, how long a call may wait for one of them, and the error when none came free."""
 
     @property
     def pool_timeout(self) -> float: ...
@@ -132,7 +132,10 @@ class _GuardedTransaction(Transaction):
 
 
 async def write(
-    store: AsyncDatabase, work: Callable[[Transaction], T], lock: SessionLock | None = None
+    store: Database,
+    threads: AsyncThreads,
+    work: Callable[[Transaction], T],
+    lock: SessionLock | None = None,
 ) -> T:
     """:func:`unit_of_work.write`, awaited: one write transaction on a database thread."""
     gate = _Gate()
@@ -141,11 +144,15 @@ async def write(
     def run() -> T:
         return unit_of_work.write(store, guarded, lock, before_commit=gate.before_commit)
 
-    return await _awaited(store, run, gate, write=True)
+    return await _awaited(threads, run, gate, write=True)
 
 
 async def read(
-    store: AsyncDatabase, work: Callable[[Transaction], T], *, snapshot: bool = False
+    store: Database,
+    threads: AsyncThreads,
+    work: Callable[[Transaction], T],
+    *,
+    snapshot: bool = False,
 ) -> T:
     """:func:`unit_of_work.read`, awaited: on a database thread."""
     gate = _Gate()
@@ -154,11 +161,11 @@ async def read(
     def run() -> T:
         return unit_of_work.read(store, guarded, snapshot=snapshot)
 
-    return await _awaited(store, run, gate, write=False)
+    return await _awaited(threads, run, gate, write=False)
 
 
-async def _awaited(store: AsyncDatabase, run: Callable[[], T], gate: _Gate, *, write: bool) -> T:
-    threads = store.database_threads()
+async def _awaited(where: AsyncThreads, run: Callable[[], T], gate: _Gate, *, write: bool) -> T:
+    threads = where.database_threads()
     future = threads.executor(write=write).submit(run)
     loop = asyncio.get_running_loop()
     exhausted = False
@@ -167,12 +174,12 @@ async def _awaited(store: AsyncDatabase, run: Callable[[], T], gate: _Gate, *, w
         nonlocal exhausted
         exhausted = future.cancel()  # still queued: every thread stayed busy
 
-    timer = loop.call_later(store.pool_timeout, give_up)
+    timer = loop.call_later(where.pool_timeout, give_up)
     try:
         return await asyncio.wrap_future(future, loop=loop)
     except asyncio.CancelledError:
         if exhausted:
-            raise store.threads_exhausted(threads.size) from None
+            raise where.threads_exhausted(threads.size) from None
         if future.cancel():  # never started
             raise
         gate.cancel()
