@@ -210,6 +210,10 @@ class FakeRepository:
         self.turns: list[tuple[str, NewTurn]] = []
         self.recalls: list[tuple[str, list[str], int, Any]] = []
 
+    def key_rules_check(self, session_id: str) -> None:
+        """Nothing to run first: the fake's sessions take any key rules."""
+        return None
+
     def has_turn(self, session_id: str, idempotency_key: str) -> bool:
         return any(turn.idempotency_key == idempotency_key for _, turn in self.turns)
 

@@ -115,7 +115,13 @@ def check_key_rules(
         {"session_id": session_id, "key_rules": rules.name, "created_at": at},
     )
     recorded = transaction.run(statements.rules_of, {"session_id": session_id})[0].key_rules
-    if recorded != rules.name:
+    refuse_other_rules(session_id, recorded, rules)
+
+
+def refuse_other_rules(session_id: str, recorded: str | None, rules: KeyRules) -> None:
+    """KeyRulesMismatchError if the session was keyed (``recorded``) with other rules than
+    ``rules``; a session with none recorded takes any."""
+    if recorded is not None and recorded != rules.name:
         raise KeyRulesMismatchError(_mismatch(session_id, recorded, rules))
 
 

@@ -189,7 +189,12 @@ class MemoryCore:
         self._policy = parts.policy
         self._policy.get()  # the store's policy cache, read now rather than inside a call
         self.entity_store: Mapping[str, Entity] = EntityStoreView(
-            self._repository, self.session_id, self._now, self._visible, self._named
+            self._repository,
+            self.session_id,
+            self._now,
+            self._visible,
+            self._named,
+            self._check_key_rules,
         )
         self.chat_memory: Sequence[dict[str, Any]] = ChatMemoryView(
             self._repository, self.session_id, self._visible
@@ -318,5 +323,13 @@ class MemoryCore:
     def _named(self, name: str) -> Mention:
         return self._mention(checked_text(name, "entity name"))
 
+    def _check_key_rules(self) -> None:
+        """Before a read or a change by name: the session's key rules must be this
+        memory's, as a save checks (KeyRulesMismatchError); once per store and session."""
+        check = self._repository.key_rules_check(self.session_id)
+        if check is not None:
+            self.store.read(check)
+
     def _find(self, name: str) -> EntityRecord | None:
+        self._check_key_rules()
         return self._repository.find_entity(self.session_id, self._named(name), self._visible())

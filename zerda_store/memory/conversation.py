@@ -132,6 +132,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
     def load_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The recent snippets of every known entity the input mentions, as one string."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
+        self._check_key_rules()
         mentions = self._mentions(self._extract(input_text))
         recalled = self._repository.recall(self.session_id, mentions, RECALL_LIMIT, self._visible())
         return self._variables(recalled)
@@ -147,6 +148,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         """What is known about one entity (found by its name or an alias), or None if it is
         not tracked; ``aliases`` lists its other names."""
         mention = self._named(entity_name)
+        self._check_key_rules()
         return entity_info(
             self._repository.entity_details(self.session_id, mention, RECALL_LIMIT, self._visible())
         )
@@ -161,8 +163,10 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
 
         Returns the counts of what was deleted; ``entities`` is 0 if nothing matched.
         """
+        key = self._key(name)
+        self._check_key_rules()
         receipt = self._erasure.forget_entity(
-            self.session_id, self._key(name), with_turns=with_turns, normalize=self.normalize_names
+            self.session_id, key, with_turns=with_turns, normalize=self.normalize_names
         )
         return asdict(receipt or ForgetReceipt())
 

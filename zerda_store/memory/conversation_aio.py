@@ -56,6 +56,12 @@ class AsyncMethods(MemoryCore):
             last = await self.store.aread(lambda t: policies.last_activity(t, session_id))
         return visibility(policy, self._now(), last)
 
+    async def _acheck_key_rules(self) -> None:
+        """:meth:`_check_key_rules`, its read awaited."""
+        check = self._repository.key_rules_check(self.session_id)
+        if check is not None:
+            await self.store.aread(check)
+
     async def _aexpire_if_idle(self) -> None:
         """:meth:`_expire_if_idle` (a rare, batched prune) on a thread, when a policy
         expires idle sessions."""
@@ -87,6 +93,7 @@ class AsyncMethods(MemoryCore):
     async def aload_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """:meth:`load_memory_variables`, awaited."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
+        await self._acheck_key_rules()
         mentions = self._mentions(await self._aextract(input_text))
         recalled = await self._async_repository().recall(
             self.session_id, mentions, RECALL_LIMIT, await self._avisible()
@@ -105,6 +112,7 @@ class AsyncMethods(MemoryCore):
     async def aget_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """:meth:`get_entity_info`, awaited."""
         mention = self._named(entity_name)
+        await self._acheck_key_rules()
         visible = await self._avisible()
         details = await self._async_repository().entity_details(
             self.session_id, mention, RECALL_LIMIT, visible
@@ -119,9 +127,11 @@ class AsyncMethods(MemoryCore):
 
     async def aforget_entity(self, name: str, *, with_turns: bool = False) -> dict[str, Any]:
         """:meth:`forget_entity`, awaited."""
+        key = self._key(name)
+        await self._acheck_key_rules()
         receipt = await self._erasure.aforget_entity(
             self.session_id,
-            self._key(name),
+            key,
             with_turns=with_turns,
             normalize=self.normalize_names,
         )

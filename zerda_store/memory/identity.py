@@ -20,6 +20,7 @@ class IdentityMethods(MemoryCore):
         already; a ValueError if the alias is another entity's name or alias (merge the
         two instead)."""
         self.store.check_writable()
+        self._check_key_rules()
         return self._identity.add_alias(
             self.session_id,
             checked_text(name, "entity name"),
@@ -30,6 +31,7 @@ class IdentityMethods(MemoryCore):
     def remove_alias(self, alias: str) -> bool:
         """Stop ``alias`` naming its entity; False if no entity had it."""
         self.store.check_writable()
+        self._check_key_rules()
         return self._identity.remove_alias(self.session_id, checked_text(alias, "alias"))
 
     def merge_entities(self, keep: str, other: str) -> dict[str, Any]:
@@ -37,6 +39,7 @@ class IdentityMethods(MemoryCore):
         aliases move, its name becomes an alias, and the merge log keeps what
         :meth:`unmerge` needs to undo it exactly. Returns the receipt (``merge_id``, ...)."""
         self.store.check_writable()
+        self._check_key_rules()
         receipt = self._identity.merge(
             self.session_id,
             checked_text(keep, "entity name"),
@@ -68,6 +71,7 @@ class IdentityMethods(MemoryCore):
         the likeliest first; at most ``limit`` pairs (None: all)."""
         if limit is not None:
             checked_whole_number(limit, "limit (or None for all)", 1, MAX_COUNT)
+        self._check_key_rules()
         entities = self._identity.names_and_cores(self.session_id)
         names, cores = [name for name, _ in entities], [core for _, core in entities]
         pairs = similar_pairs(names, self.key_rules, limit, cores=cores)

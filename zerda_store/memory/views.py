@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from ..db.validation import MAX_COUNT, MAX_ID, checked_text, checked_whole_number
+from ..errors import StoreError
 from ..model.records import EntityRecord, Mention, TurnRecord
 from ..retention.policy import Visibility
 from ..turns.repository import Repository
@@ -61,7 +62,8 @@ class EntityStoreView(Mapping[str, Entity]):
     """A read-only mapping of the session's entities, read from the database on demand.
 
     It is given the parts it reads with: the repository, the session, the clock, what the
-    retention policy lets reads show now, and how a name becomes a mention."""
+    retention policy lets reads show now, how a name becomes a mention, and the check of
+    the session's key rules a lookup by name runs first."""
 
     def __init__(
         self,
@@ -70,17 +72,22 @@ class EntityStoreView(Mapping[str, Entity]):
         now: Callable[[], float],
         visible: Callable[[], Visibility | None],
         mention: Callable[[str], Mention],
+        check_key_rules: Callable[[], None],
     ) -> None:
         self._repository = repository
         self._session_id = session_id
         self._now = now
         self._visible = visible
         self._mention = mention
+        self._check_key_rules = check_key_rules
 
     def __getitem__(self, name: str) -> Entity:
         try:
             mention = self._mention(name)
+            self._check_key_rules()
             record = self._repository.find_entity(self._session_id, mention, self._visible())
+        except StoreError:  # a database's refusal (other key rules) is not a missing key
+            raise
         except (TypeError, ValueError):  # not a name that could have been stored
             record = None
         if record is None:

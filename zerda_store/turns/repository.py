@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from ..db.engine import Store
 from ..db.pipeline import write_pipelined
 from ..db.unit_of_work import SessionLock, SessionLockStatements, Transaction
-from ..identity.resolution import KnownKeyRules, check_key_rules
+from ..identity.resolution import KnownKeyRules, check_key_rules, refuse_other_rules
 from ..model.names import KeyRules
 from ..model.records import NewTurn
 from .attachment import Attachment, insert_turns
@@ -47,6 +47,23 @@ class Repository(Reads):
 
         def check(transaction: Transaction, at: float) -> None:
             check_key_rules(transaction, self._identity, session_id, rules, at)
+
+        return check
+
+    def key_rules_check(self, session_id: str) -> Callable[[Transaction], None] | None:
+        """What a read or a change by name runs first (None once done in this store): the
+        session's recorded key rules must be this repository's, else a name keyed
+        otherwise would silently find nothing. A session with none recorded takes any."""
+        rules = self._rules
+        if rules is None or (session_id, rules.name) in self._known:
+            return None
+        statement = self._identity.rules_of
+
+        def check(transaction: Transaction) -> None:
+            rows = transaction.run(statement, {"session_id": session_id})
+            refuse_other_rules(session_id, rows[0].key_rules if rows else None, rules)
+            if rows:
+                self._remember_rules(session_id)
 
         return check
 
