@@ -218,10 +218,13 @@ def _check_entity(record: dict[str, Any], number: int, checked: CheckedFile) -> 
 
 def _check_core(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
     """A format 3 entity carries its core key (the key without titles and legal forms,
-    which titled mentions find it by): it must be the one its name gives."""
+    which titled mentions find it by): it must be the one its name gives, or, for an entity
+    held apart by an unmerge, its key held apart."""
     core = record.get("core_key")
     if not isinstance(core, str):
         raise problem(number, "core_key", "is missing or of the wrong type")
+    if is_held_apart(record["name_key"]) and core == record["name_key"]:
+        return
     cores = {identify(record["name"], rules).core for rules in checked.key_rules}
     if core not in cores:
         expected = identify(record["name"], checked.key_rules[0]).core
