@@ -152,3 +152,17 @@ def test_a_line_nested_200000_deep_is_one_line_not_a_traceback(shared_populated,
     bad.write_text("".join(lines), encoding="utf-8")
 
     assert "line 3: nested too deeply" in one_line_error(_import(shared_populated, bad, "deep"))
+
+
+def test_a_byte_that_is_not_utf8_is_named_as_such_with_its_line(shared_populated, tmp_path):
+    lines = _export(shared_populated, "acme", tmp_path / "good.jsonl")
+    bad = tmp_path / "latin1.jsonl"
+    raw = "".join(lines).encode("utf-8").split(b"\n")
+    raw[1] = raw[1].replace(b"Acme", b"Acm\xe9", 1)
+    bad.write_bytes(b"\n".join(raw))
+
+    line = one_line_error(_import(shared_populated, bad, "latin1"))
+
+    assert "line 2" in line and "not valid UTF-8" in line and "0xe9" in line
+    assert "surrogate" not in line
+    assert set(session_row_counts(shared_populated, "latin1").values()) == {0}

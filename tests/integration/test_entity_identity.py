@@ -224,3 +224,18 @@ def test_an_alias_without_letters_or_digits_is_refused(make_memory, alias):
     say(memory, "Robert Smith")
     with pytest.raises(MergeError, match="no letters or digits"):
         memory.add_alias("Robert Smith", alias)
+
+
+def test_a_titled_form_of_another_entitys_name_is_refused_as_an_alias(make_memory):
+    memory = make_memory(FixedLLM("Sarah Chen, Robert Smith"))
+    say(memory, "Sarah Chen and Robert Smith")
+
+    with pytest.raises(MergeError, match="is a form of the entity 'Sarah Chen'"):
+        memory.add_alias("Robert Smith", "Dr. Sarah Chen")
+    assert memory.add_alias("Sarah Chen", "Dr. Sarah Chen")  # her own titled form is fine
+    assert memory.add_alias("Robert Smith", "Bob")
+
+    memory.llm.response = "Dr. Sarah Chen"
+    say(memory, "Dr. Sarah Chen called")
+    assert memory.get_entity_info("Sarah Chen")["contexts_count"] == 2
+    assert memory.get_entity_info("Robert Smith")["contexts_count"] == 1

@@ -10,7 +10,9 @@ from ..db.engine import Store
 from ..db.unit_of_work import SessionLock, Transaction
 from ..errors import MergeError
 from ..model.names import KeyRules
+from ..model.records import Mention
 from .merging import MANUAL, MergeReceipt, merge, unmerge
+from .resolution import Resolver
 from .rules import identify
 from .statements import IdentityStatements
 
@@ -86,6 +88,7 @@ class IdentityRepository:
                 if taken[0].entity_id == entity.id:
                     return False
                 raise MergeError(f"{alias!r} is an alias of another entity already")
+            self._refuse_a_form_of_another(transaction, session_id, alias, entity.name_key)
             transaction.run(
                 self._statements.add_alias,
                 {
@@ -101,6 +104,22 @@ class IdentityRepository:
             return True
 
         return bool(self._write(session_id, work))
+
+    def _refuse_a_form_of_another(
+        self, transaction: Transaction, session_id: str, alias: str, key: str
+    ) -> None:
+        """An alias that is a titled or suffixed form of another entity's name ("Dr. Sarah
+        Chen" while "Sarah Chen" exists) is refused: as a mention it joins that entity,
+        and as an alias it would take its mentions away."""
+        identity = identify(alias, self.rules)
+        mention = Mention(alias, identity.key, core=identity.core, markers=identity.markers)
+        resolver = Resolver(self._statements, self.rules)
+        target = resolver.targets(transaction, session_id, [mention]).get(identity.key)
+        if target is not None and target.key != key:
+            raise MergeError(
+                f"{alias!r} is a form of the entity {target.name!r}: a mention of it names "
+                "that entity (merge the two entities instead)"
+            )
 
     def remove_alias(self, session_id: str, alias: str) -> bool:
         """Remove an alias (of whichever entity holds it); False if there is none."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -153,6 +154,7 @@ def check_session(lines: Iterable[str], *, allow_unverified: bool = False) -> Ch
             continue
         if end is not None:
             raise ImportFormatError(f"line {number}: a line after the end line")
+        _check_bytes(line, number)
         record = _parse(line, number)
         if version is None:
             version = _check_header(record, number, allow_unverified)
@@ -170,6 +172,22 @@ def check_session(lines: Iterable[str], *, allow_unverified: bool = False) -> Ch
     if version >= 2:
         _check_end(end, number, checked, digest.hexdigest())
     return checked
+
+
+# What reading with errors="surrogateescape" makes of each byte that is not UTF-8.
+_UNDECODED = re.compile("[\udc80-\udcff]")
+
+
+def _check_bytes(line: str, number: int) -> None:
+    """A line read from a file holds only UTF-8 (a JSON escape of a lone surrogate is
+    text here, refused later as such)."""
+    found = _UNDECODED.search(line)
+    if found is not None:
+        byte = ord(found.group()) - 0xDC00
+        raise ImportFormatError(
+            f"line {number}: not valid UTF-8 (byte 0x{byte:02x} at character "
+            f"{found.start() + 1}); export files are UTF-8"
+        )
 
 
 def _check_header(record: Any, number: int, allow_unverified: bool) -> int:
