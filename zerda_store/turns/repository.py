@@ -77,14 +77,24 @@ class Repository(Reads):
         """Store one turn with its entities and snippets; None if its idempotency key was
         already used in this session. On Postgres, a turn whose names need no resolution
         is saved in one round trip (:mod:`single_trip`)."""
-        if self._single_trip is not None and self._single_trip_fits(session_id, turn):
-            resolved, turn_id = self._save_in_one_trip(session_id, turn)
+        one_trip = self.one_trip_save(session_id, turn)
+        if one_trip is not None:
+            resolved, turn_id = one_trip()
             if resolved:
                 return turn_id
         return self.store.write(*self.save_turn_work(session_id, turn))
 
-    def _single_trip_fits(self, session_id: str, turn: NewTurn) -> bool:
-        return self._checked_rules(session_id) is _nothing and SingleTripSave.fits(turn)
+    def one_trip_save(
+        self, session_id: str, turn: NewTurn
+    ) -> Callable[[], tuple[bool, int | None]] | None:
+        """The turn saved in one round trip, when it may be (Postgres, the session's key
+        rules checked in this store, names that need no resolution), else None; tried
+        before :meth:`save_turn_work` by the sync save and the async one alike."""
+        if self._single_trip is None or self._checked_rules(session_id) is not _nothing:
+            return None
+        if not SingleTripSave.fits(turn):
+            return None
+        return lambda: self._save_in_one_trip(session_id, turn)
 
     def _save_in_one_trip(self, session_id: str, turn: NewTurn) -> tuple[bool, int | None]:
         """The turn saved by one statement after the session's lock, in one pipeline:
