@@ -108,7 +108,8 @@ class Repository(Reads):
     ) -> tuple[Callable[[Transaction], int | None], SessionLock]:
         """The unit of work of one saved turn, its statements prepared, and its lock
         (:meth:`save_turn`, and the async path's)."""
-        insert_turn = self._statements.turn.prepare(1)
+        marked_turn = self._statements.marked_turn
+        insert_turn = self._statements.turn.prepare(1) if marked_turn is None else None
         attachment = Attachment(self._statements, [turn], self._resolver)
         insert_outcome = self._statements.outcomes.prepare(1)
         turn_row = new_turn_row(session_id, turn)
@@ -116,11 +117,16 @@ class Repository(Reads):
 
         def work(transaction: Transaction) -> int | None:
             check_rules(transaction, turn.created_at)
-            inserted = insert_turn.run(transaction, [turn_row])
+            if marked_turn is not None:  # SQLite: the session's mark comes with the id
+                inserted = transaction.run(marked_turn, turn_row)
+            else:
+                assert insert_turn is not None
+                inserted = insert_turn.run(transaction, [turn_row])
             if not inserted:
                 return None
             turn_id = int(inserted[0].id)
-            attachment.run(transaction, session_id, [(turn_id, turn)])
+            possible = marked_turn is None or bool(inserted[0].resolution_possible)
+            attachment.run(transaction, session_id, [(turn_id, turn)], resolution_possible=possible)
             insert_outcome.run(transaction, [new_outcome_row(session_id, turn_id, turn)])
             self._remember_rules(session_id)
             return turn_id
