@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from ..db.engine import Store
 from ..db.pipeline import write_pipelined
+from ..db.sharding import distributed
 from ..db.unit_of_work import SessionLock, SessionLockStatements, Transaction
 from ..identity.resolution import KnownKeyRules, check_key_rules, refuse_other_rules
 from ..model.names import KeyRules
@@ -84,7 +85,23 @@ class Repository(Reads):
         return self.store.write(*self.save_turn_work(session_id, turn))
 
     def _single_trip_fits(self, session_id: str, turn: NewTurn) -> bool:
-        return self._checked_rules(session_id) is _nothing and SingleTripSave.fits(turn)
+        """On Postgres not distributed by Citus (there the statement runs in parts,
+        :mod:`db.sharding`), once the session's rules are checked, for names that are their
+        own cores."""
+        return (
+            self._checked_rules(session_id) is _nothing
+            and SingleTripSave.fits(turn)
+            and not self._distributed()
+        )
+
+    def _distributed(self) -> bool:
+        """Whether Citus distributes the tables (then every insert goes as VALUES)."""
+        if self.store.dialect != "postgresql":
+            return False
+        found = distributed(self.store)
+        if found:
+            self._statements.route_inserts()
+        return found
 
     def _save_in_one_trip(self, session_id: str, turn: NewTurn) -> tuple[bool, int | None]:
         """The turn saved by one statement after the session's lock, in one pipeline:
@@ -108,6 +125,7 @@ class Repository(Reads):
     ) -> tuple[Callable[[Transaction], int | None], SessionLock]:
         """The unit of work of one saved turn, its statements prepared, and its lock
         (:meth:`save_turn`, and the async path's)."""
+        self._distributed()
         marked_turn = self._statements.marked_turn
         insert_turn = self._statements.turn.prepare(1) if marked_turn is None else None
         attachment = Attachment(self._statements, [turn], self._resolver)
@@ -137,6 +155,7 @@ class Repository(Reads):
         """Store many turns in one transaction, as a loop of :meth:`save_turn` would."""
         if not new_turns:
             return []
+        self._distributed()
         insert = self._statements.turns.prepare(len(new_turns))
         attachment = Attachment(self._statements, new_turns, self._resolver)
         insert_outcomes = self._statements.outcomes.prepare(len(new_turns))

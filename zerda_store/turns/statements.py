@@ -190,7 +190,7 @@ class RowsInsert:
         self._dialect = dialect
         self._insert = dialect_insert(dialect.name)
         self._finish = finish
-        # Postgres: many rows as one array per column.
+        # Postgres: many rows as one array per column (not on Citus: :meth:`route`).
         self._arrays = dialect.name == "postgresql"
         self._compiled: dict[int, Runnable] = {}
         self._all_compiled = False
@@ -202,6 +202,12 @@ class RowsInsert:
         if self._arrays and count > POSTGRES_VALUES_ROWS:
             return PreparedInsert([(self._statement(ANY_ROWS), count)])
         return PreparedInsert([(self._statement(size), size) for size in _statement_sizes(count)])
+
+    def route(self) -> None:
+        """Send VALUES only, whatever the row count: Citus routes an INSERT ... VALUES to the
+        session's shard, but plans an INSERT ... SELECT of arrays in parts
+        (:mod:`db.sharding`)."""
+        self._arrays = False
 
     def compile_all(self) -> None:
         """Compile every statement some row count needs, so that inserts whose counts are
@@ -297,6 +303,11 @@ class TurnStatements(Statements):
         self.outcomes = RowsInsert(dialect, extractions)
         # Postgres: recall keys as one array.
         self._arrays = dialect.name == "postgresql"
+
+    def route_inserts(self) -> None:
+        """Inserts as VALUES only, for a database distributed by Citus (:meth:`RowsInsert.route`)."""
+        for insert in (self.turn, self.turns, self.entities, self.contexts, self.outcomes):
+            insert.route()
 
     def _recall_statement(self, count: int, aged: bool, marked: bool = False) -> Runnable:
         def build() -> Runnable:
