@@ -75,3 +75,26 @@ def test_db_contract_is_refused_before_the_upgrade_reached_head(empty_database_u
             migrate.contract(store)
 
         assert _defaults(store) == DEFAULTS
+
+
+def test_db_contract_on_sqlite_keeps_the_ids_of_deleted_rows_from_being_reused(
+    store: Store,
+) -> None:
+    if store.dialect != "sqlite":
+        pytest.skip("Postgres sequences are not touched by dropping a default")
+    entity_id = "SELECT id FROM entities WHERE name = :name"
+    with ConversationEntityMemory.for_session(store, "crm", llm=FixedLLM("Ada, Bob")) as memory:
+        memory.save_context({"input": "Ada and Bob"}, {"output": "ok"})
+        [(ada,)] = rows(store, entity_id, name="Ada")
+        merged = memory.merge_entities("Bob", "Ada")  # the newest id, for unmerge to restore
+    counters = "SELECT name, seq FROM sqlite_sequence WHERE name IN ('contexts', 'entities')"
+    before = sorted(rows(store, counters))
+
+    migrate.contract(store)  # the tables are rebuilt
+
+    assert sorted(rows(store, counters)) == before
+    with ConversationEntityMemory.for_session(store, "crm", llm=FixedLLM("Carol")) as memory:
+        memory.save_context({"input": "Carol"}, {"output": "ok"})
+        assert rows(store, entity_id, name="Carol") == [(ada + 1,)]
+        memory.unmerge(merged["merge_id"])
+    assert rows(store, entity_id, name="Ada") == [(ada,)]

@@ -110,6 +110,11 @@ def _contract_sqlite(connection: Connection) -> list[str]:
     ).all()
     for name, _ in views:
         connection.exec_driver_sql(f'DROP VIEW "{name}"')
+    # The rebuilt tables would count their ids on from the highest left, reusing those of
+    # merged entities and dropped snippets, which an unmerge puts back: keep the counters.
+    counters = connection.exec_driver_sql(
+        "SELECT name, seq FROM sqlite_sequence WHERE name IN ('contexts', 'entities')"
+    ).all()
     operations = Operations(MigrationContext.configure(connection))
     for table, column, type_ in found:
         # Ids never reused in either table (revision 0007): AUTOINCREMENT kept.
@@ -119,6 +124,11 @@ def _contract_sqlite(connection: Connection) -> list[str]:
             batch.alter_column(
                 column, existing_type=type_, existing_nullable=False, server_default=None
             )
+    for name, seq in counters:
+        connection.execute(
+            sa.text("UPDATE sqlite_sequence SET seq = MAX(seq, :seq) WHERE name = :name"),
+            {"seq": seq, "name": name},
+        )
     for _, sql in views:
         connection.exec_driver_sql(sql)
     return [f"{table}.{column}" for table, column, _ in found]
