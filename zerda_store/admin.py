@@ -22,7 +22,6 @@ from .db.schema import (
     contexts,
     entities,
     entity_aliases,
-    in_same_session,
     turns,
 )
 from .db.validation import checked_session_id
@@ -35,24 +34,8 @@ from .retention.pruning import Pruner
 from .transfer.exporting import export_session
 from .transfer.importing import Importer
 from .turns.ledger import Ledger
+from .turns.listing import EntitySummary, Listings, SessionSummary
 from .turns.repository import Repository
-
-
-@dataclass(frozen=True)
-class SessionSummary:
-    session_id: str
-    entity_count: int
-    message_count: int
-    last_activity: float | None
-
-
-@dataclass(frozen=True)
-class EntitySummary:
-    name: str
-    entity_type: str
-    contexts_count: int
-    first_seen: float
-    last_seen: float
 
 
 @dataclass(frozen=True)
@@ -69,29 +52,16 @@ class AdminRepository:
         self._importer = Importer(store)
 
     def sessions(self) -> list[SessionSummary]:
-        """Every session that holds turns or entities, by session id."""
-        turn_counts = sa.select(
-            turns.c.session_id, sa.func.count(), sa.func.max(turns.c.created_at)
-        ).group_by(turns.c.session_id)
-        entity_counts = sa.select(
-            entities.c.session_id, sa.func.count(), sa.func.max(entities.c.last_seen)
-        ).group_by(entities.c.session_id)
-        with self.store.query() as connection:
-            by_turns = {row[0]: row for row in connection.execute(turn_counts)}
-            by_entities = {row[0]: row for row in connection.execute(entity_counts)}
-        summaries = []
-        for session_id in sorted(by_turns.keys() | by_entities.keys()):
-            turn_row, entity_row = by_turns.get(session_id), by_entities.get(session_id)
-            activity = [row[2] for row in (turn_row, entity_row) if row is not None]
-            summaries.append(
-                SessionSummary(
-                    session_id,
-                    entity_row[1] if entity_row else 0,
-                    turn_row[1] if turn_row else 0,
-                    max(activity) if activity else None,
-                )
-            )
-        return summaries
+        """Every session that holds turns or entities that show (under a retention policy,
+        a session of which everything expired is not listed), by session id."""
+        return Listings(self.store).sessions()
+
+    def session_ids(self, *, include_expired: bool = False) -> list[str]:
+        """The ids of :meth:`sessions` (``include_expired``: of every session that holds
+        turns or entities, expired or not)."""
+        if not include_expired:
+            return [s.session_id for s in self.sessions()]
+        return Listings(self.store).session_ids()
 
     def row_counts(self, session_ids: Iterable[str]) -> int:
         """How many records an export of these sessions holds (turns, entities, snippets,
@@ -105,36 +75,18 @@ class AdminRepository:
         return total
 
     def entity_summaries(self, session_id: str) -> list[EntitySummary]:
-        """The session's entities with their snippet counts, in first-seen order."""
-        counts = (
-            sa.select(contexts.c.session_id, contexts.c.entity_id, sa.func.count().label("n"))
-            .where(contexts.c.session_id == session_id)
-            .group_by(contexts.c.session_id, contexts.c.entity_id)
-            .subquery()
-        )
-        query = (
-            sa.select(
-                entities.c.name,
-                entities.c.entity_type,
-                sa.func.coalesce(counts.c.n, 0),
-                entities.c.first_seen,
-                entities.c.last_seen,
-            )
-            .outerjoin(
-                counts,
-                in_same_session(counts.c.entity_id, entities.c.id),
-            )
-            .where(entities.c.session_id == session_id)
-            .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
-        )
-        with self.store.query() as connection:
-            return [EntitySummary(*row) for row in connection.execute(query)]
+        """The session's entities with their snippet counts, in first-seen order, as the
+        reads show them (under a retention policy, without what it has expired)."""
+        return Listings(self.store).entity_summaries(session_id)
 
-    def export_session(self, session_id: str) -> Iterator[dict[str, Any]]:
+    def export_session(
+        self, session_id: str, *, include_expired: bool = False
+    ) -> Iterator[dict[str, Any]]:
         """Every row of a session as plain records, from one snapshot: turns with their
         ledger rows, entities in first-seen order, then snippets in each entity's order.
-        Ids are the source database's and serve only as references between records."""
-        return export_session(self.store, session_id)
+        Ids are the source database's and serve only as references between records. What
+        the session's retention policy has expired is left out unless ``include_expired``."""
+        return export_session(self.store, session_id, include_expired=include_expired)
 
     # -- retention ------------------------------------------------------------------------
 
@@ -225,15 +177,18 @@ class AdminRepository:
         target: Store,
         session_ids: Iterable[str] | None = None,
         rows: Callable[[Iterable[dict[str, Any]]], Iterable[dict[str, Any]]] = lambda r: r,
+        *,
+        include_expired: bool = False,
     ) -> CopyReport:
         """Copy sessions (default: all) into ``target``, each in one transaction. Sessions
         that already hold data there are skipped, so an interrupted copy can be run again,
         and two copies running at once store each session once. ``rows`` wraps each
-        session's records as they stream (a progress bar counts them)."""
+        session's records as they stream (a progress bar counts them). What a retention
+        policy has expired is not copied unless ``include_expired``."""
         ids = (
             list(session_ids)
             if session_ids is not None
-            else [s.session_id for s in self.sessions()]
+            else self.session_ids(include_expired=include_expired)
         )
         destination = AdminRepository(target)
         copied = skipped = 0
@@ -241,7 +196,7 @@ class AdminRepository:
             try:
                 destination.import_session(
                     session_id,
-                    rows(_Export(self, session_id)),
+                    rows(_Export(self, session_id, include_expired)),
                     key_rules=self.key_rules(session_id),
                 )
             except SessionNotEmptyError:
@@ -258,9 +213,10 @@ def _scope(session_id: str | None) -> str:
 class _Export:
     """A session's records as an export gives them, streamed again on every iteration."""
 
-    def __init__(self, source: AdminRepository, session_id: str) -> None:
+    def __init__(self, source: AdminRepository, session_id: str, include_expired: bool) -> None:
         self._source = source
         self._session_id = session_id
+        self._include_expired = include_expired
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self._source.export_session(self._session_id)
+        return self._source.export_session(self._session_id, include_expired=self._include_expired)

@@ -32,6 +32,9 @@ def test_db_upgrade_prints_each_merge_with_the_command_that_undoes_it(empty_data
     )
     assert lines[1].startswith("session 'exact': kept its keys as written (exact)")
     assert lines[1].endswith("`zerda-store db upgrade --assume-normalized exact`")
+    assert lines[-2] == (
+        "2 sessions recorded: 1 re-keyed, 1 merge (`zerda-store merges --session S` lists them)"
+    )  # counts and nouns agree
     assert lines[-1] == f"database at revision {migrate.head_revision()}"
     undone = succeeded(invoke(empty_database_url, *shlex.split(undo)[1:]))
     assert "'Müller' and 'Muller' are two entities again" in undone.stdout

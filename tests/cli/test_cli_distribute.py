@@ -4,12 +4,13 @@ it runs, checked on Postgres with stand-ins for Citus's functions."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from tests.cli.helpers import invoke, one_line_error, succeeded
+from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
 from tests.doubles import new_postgres_database
 from zerda_store import Store, migrate
 from zerda_store.db import distribution
@@ -77,6 +78,21 @@ def test_the_dry_run_prints_the_statements_and_every_blocker(postgres_url: str) 
     blockers = lines[len(PLAN) :]
     assert len(blockers) == 1  # the schema follows every rule: only Citus is missing
     assert blockers[0].startswith("-- blocked: the citus extension is not installed")
+
+
+@pytest.mark.postgres
+def test_the_dry_run_in_json_lists_the_statements_and_blockers_and_exits_1(
+    postgres_url: str,
+) -> None:
+    result = invoke(postgres_url, "db", "distribute", "--dry-run", "--json")
+    assert result.exit_code == 1
+    assert result.stderr == "Error: db distribute is blocked (1 blocker in blockers)\n"
+    answer = json.loads(result.stdout)
+    assert answer["statements"] == PLAN
+    assert (answer["dry_run"], answer["ran"], answer["already_distributed"]) == (True, False, [])
+    assert [b.split(" in ")[0] for b in answer["blockers"]] == [
+        "the citus extension is not installed"
+    ]
 
 
 @pytest.mark.postgres
@@ -149,3 +165,22 @@ def test_with_citus_and_the_rules_followed_the_dry_run_exits_0_and_runs_nothing(
 
     assert lines == [f"{statement};" for statement in PLAN]
     assert _calls(postgres_url) == []
+
+
+@pytest.mark.postgres
+def test_with_citus_the_run_in_json_says_what_ran(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(distribution, "citus_version", lambda connection: "12.1")
+    _install_stand_ins(postgres_url)
+
+    answer = json_of(invoke(postgres_url, "db", "distribute", "--json"))
+
+    assert answer == {
+        "dry_run": False,
+        "ran": True,
+        "statements": PLAN,
+        "already_distributed": [],
+        "blockers": [],
+    }
+    assert len(_calls(postgres_url)) == len(PLAN)

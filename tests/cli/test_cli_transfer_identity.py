@@ -202,3 +202,53 @@ def test_an_import_merged_into_a_session_refuses_an_alias_of_its_other_entities(
         )
         assert "names another entity" in error and "nothing was imported" in error
         assert entities(session_id) == before
+
+
+BOB_NAMES = ["Robert", "Bob", "Acme", "Bobster"]
+
+
+def merged_into_roberts_session(url: str, tmp_path: Path, *source: str) -> None:
+    """Session "src" saved with the inputs ``source`` (then "Bob" given the alias
+    "Bobster" if it is an entity), exported, and imported with --merge into session "dst",
+    where "Bob" is an alias of "Robert"."""
+    make = url_maker(url)
+    with make(KeywordLLM(BOB_NAMES), session_id="src") as memory:
+        for text in source:
+            memory.save_context({"input": text}, {"output": "ok"})
+        if memory.get_entity_info("Bob") is not None:
+            memory.add_alias("Bob", "Bobster")
+    with make(KeywordLLM(BOB_NAMES), session_id="dst") as memory:
+        memory.save_context({"input": "Robert signed"}, {"output": "ok"})
+        memory.add_alias("Robert", "Bob")
+    path = tmp_path / "src.jsonl"
+    succeeded(invoke(url, "export", "--session", "src", "-o", str(path)))
+    succeeded(invoke(url, "import", str(path), "--session", "dst", "--merge"))
+
+
+def test_an_entity_merged_in_under_an_alias_of_the_session_joins_the_entity_it_names(
+    database_url, tmp_path
+):
+    """The file's "Bob" imported with --merge into a session where "Bob" is an alias of
+    "Robert": its snippets (and its own aliases) join Robert, as a saved turn naming Bob
+    would; no second entity is made whose name is an alias."""
+    merged_into_roberts_session(database_url, tmp_path, "Bob from Acme called", "Bob again")
+
+    with url_maker(database_url)(KeywordLLM(BOB_NAMES), session_id="dst") as memory:
+        assert memory.list_entities() == ["Robert", "Acme"]
+        robert = memory.get_entity_info("Bob")
+        assert robert["name"] == "Robert"
+        assert robert["contexts_count"] == 3
+        assert sorted(robert["aliases"]) == ["Bob", "Bobster"]
+        assert memory.get_entity_info("Bobster")["name"] == "Robert"
+        assert "Bob again" in memory.load_memory_variables({"input": "Robert?"})["entity_info"]
+
+
+def test_two_entities_of_a_file_that_join_one_entity_by_an_alias(database_url, tmp_path):
+    """The file holds "Robert" and "Bob" apart; the session has "Bob" as Robert's alias:
+    both join Robert, one snippet per turn (and one statement may not update a row twice
+    on Postgres)."""
+    merged_into_roberts_session(database_url, tmp_path, "Robert and Bob met")
+
+    with url_maker(database_url)(KeywordLLM(BOB_NAMES), session_id="dst") as memory:
+        assert memory.list_entities() == ["Robert"]
+        assert memory.get_entity_info("Robert")["contexts_count"] == 2

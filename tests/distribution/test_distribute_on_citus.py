@@ -4,6 +4,7 @@ as they are and says so, and a later revision upgrades a distributed database.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -69,6 +70,14 @@ def test_a_second_distribute_says_what_is_distributed_and_changes_nothing(
         *(f"already distributed: {table}" for table in EVERY_TABLE),
         "every table is distributed already: nothing ran",
     ]
+    answer = json.loads(succeeded(invoke(empty_citus_url, "db", "distribute", "--json")).stdout)
+    assert answer == {
+        "dry_run": False,
+        "ran": False,
+        "statements": [],
+        "already_distributed": list(EVERY_TABLE),
+        "blockers": [],
+    }
     assert citus_layout(empty_citus_url) == before
 
 

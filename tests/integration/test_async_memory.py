@@ -184,11 +184,11 @@ async def test_cancelled_inside_the_transaction_leaves_no_partial_turn(
     await memory.asave_context({"input": "Sarah joined"}, {"output": "ok"})
     run = Attachment.run
 
-    def slow_run(self: Attachment, *args: Any) -> None:
+    def slow_run(self: Attachment, *args: Any, **options: Any) -> None:
         # After the turn's INSERT, before its snippets (on the store's database thread):
         # the awaiting task is cancelled here.
         time.sleep(0.6)
-        run(self, *args)
+        run(self, *args, **options)
 
     monkeypatch.setattr(Attachment, "run", slow_run)
     # The general unit of work on Postgres too (not the one-trip pipeline).

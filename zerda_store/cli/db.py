@@ -1,5 +1,5 @@
 """``db distribute``, thin over :mod:`distribution`; ``db rekey``, thin over
-:mod:`identity.rekeying`; and what ``db upgrade`` and ``db rekey`` say about the data they
+:mod:`identity.rekeying`; ``db contract``, thin over :mod:`db.contract`; and what ``db upgrade`` and ``db rekey`` say about the data they
 changed (registered on the ``db`` group by :mod:`cli.main`)."""
 
 from __future__ import annotations
@@ -20,35 +20,52 @@ from .common import Context, json_option, plural, print_text
 @click.option(
     "--dry-run", is_flag=True, help="Print the statements and what blocks them; change nothing."
 )
+@json_option
 @click.pass_obj
-def distribute(obj: Context, dry_run: bool) -> None:
+def distribute(obj: Context, dry_run: bool, as_json: bool) -> None:
     """Distribute the tables by session_id with Citus (needs the citus extension). The dry
-    run prints the statements and exits 1 if anything blocks them."""
+    run prints the statements and exits 1 if anything blocks them. --json prints
+    {"dry_run", "ran", "statements", "already_distributed", "blockers"}."""
     from ..db import distribution
 
     if dry_run:
         plan = distribution.plan(obj.open(reading=True))
+    else:
+        plan = distribution.distribute(obj.store)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "dry_run": dry_run,
+                    "ran": not dry_run and bool(plan.statements),
+                    "statements": plan.statements,
+                    "already_distributed": plan.done,
+                    "blockers": plan.blockers,
+                }
+            )
+        )
+    elif dry_run:
         for table in plan.done:
             print_text(f"-- already distributed: {table}")
         for statement in plan.statements:
             print_text(f"{statement};")
         for blocker in plan.blockers:
             print_text(f"-- blocked: {blocker}")
-        if plan.blockers:  # a deploy script's dry run must fail while the real one would
-            raise click.ClickException(
-                f"db distribute is blocked ({plural(len(plan.blockers), 'blocker')} above)"
-            )
-        return
-    plan = distribution.distribute(obj.store)
-    for table in plan.done:
-        print_text(f"already distributed: {table}")
-    for statement in plan.statements:
-        print_text(f"ran: {statement}")
-    click.echo(
-        "tables distributed by session_id"
-        if plan.statements
-        else "every table is distributed already: nothing ran"
-    )
+    else:
+        for table in plan.done:
+            print_text(f"already distributed: {table}")
+        for statement in plan.statements:
+            print_text(f"ran: {statement}")
+        click.echo(
+            "tables distributed by session_id"
+            if plan.statements
+            else "every table is distributed already: nothing ran"
+        )
+    if plan.blockers:  # a deploy script's dry run must fail while the real one would
+        raise click.ClickException(
+            f"db distribute is blocked ({plural(len(plan.blockers), 'blocker')} "
+            f"{'in blockers' if as_json else 'above'})"
+        )
 
 
 def undo_command(merge_id: int, session_id: str) -> str:
@@ -86,7 +103,8 @@ def print_rekeyed(report: Sequence[dict[str, Any]], as_json: bool, **extra: Any)
     merges = sum(len(entry["merges"]) for entry in sessions)
     if sessions:
         click.echo(
-            f"{len(sessions)} sessions recorded: {rekeyed} re-keyed, {merges} merges "
+            f"{plural(len(sessions), 'session')} recorded: {rekeyed} re-keyed, "
+            f"{plural(merges, 'merge')} "
             f"(`zerda-store merges --session S` lists them)"
         )
 
@@ -122,4 +140,23 @@ def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
     report = [asdict(done) for done in rekeying.run(time.time)]
     print_rekeyed(report, as_json)
     if not as_json:
-        click.echo(f"{len(report)} sessions re-keyed")
+        click.echo(f"{plural(len(report), 'session')} re-keyed")
+
+
+@click.command("contract")
+@json_option
+@click.pass_obj
+def contract(obj: Context, as_json: bool) -> None:
+    """Drop the defaults the schema keeps for servers of the previous release (the contract
+    step of an upgrade): run once the last of them has stopped and `db rekey` has run.
+    Refused, changing nothing, while entities `db rekey` would re-key remain."""
+    from ..db import migrate
+
+    dropped = migrate.contract(obj.changing_store())
+    if as_json:
+        click.echo(json.dumps({"dropped_defaults": dropped}))
+    elif dropped:
+        for column in dropped:
+            print_text(f"dropped the default of {column} (kept for the previous release)")
+    else:
+        click.echo("nothing to contract: no default of the previous release is left")

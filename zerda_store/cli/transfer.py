@@ -24,23 +24,31 @@ from .progress import row_bar
     required=True,
     help="File to write (JSON Lines); - for standard output. Written whole or not at all.",
 )
+@click.option(
+    "--include-expired",
+    is_flag=True,
+    help="Also write what the session's retention policy has expired but not yet pruned "
+    "(by default it is left out, as every read leaves it out).",
+)
 @click.pass_obj
-def export_command(obj: Context, session_id: str, output: str) -> None:
+def export_command(obj: Context, session_id: str, output: str, include_expired: bool) -> None:
     """Write one session (turns, entities, snippets, timestamps) as JSON Lines, ending
-    with a line of counts and a checksum that `import` requires."""
+    with a line of counts and a checksum that `import` requires. What the session's
+    retention policy has expired is left out unless --include-expired."""
     from ..transfer.format import write_session, write_session_file
 
     require_session(obj, session_id)
     reader = obj.reader()
     rules = reader.key_rules(session_id)
     with row_bar("export", reader.row_counts([session_id])) as bar:
-        records = bar.counted(reader.export_session(session_id))
+        records = bar.counted(reader.export_session(session_id, include_expired=include_expired))
         if output == "-":
             lines = write_session(sys.stdout, session_id, records, rules)
         else:
             with _file_errors(output):
                 lines = write_session_file(output, session_id, records, rules)
-    click.echo(f"exported session {session_id!r}: {plural(lines, 'line')}", err=True)
+    including = " including expired data" if include_expired else ""
+    click.echo(f"exported session {session_id!r}{including}: {plural(lines, 'line')}", err=True)
 
 
 @contextmanager
@@ -116,11 +124,20 @@ def _readable(file: str) -> Iterator[str]:
 @click.command()
 @click.option("--to", "destination", required=True, help="URL of the database to copy into.")
 @click.option("--session", "session_id", help="Copy one session (default: every session).")
+@click.option(
+    "--include-expired",
+    is_flag=True,
+    help="Also copy what retention policies have expired but not yet pruned (by default "
+    "it is left out, and so are sessions of which everything expired).",
+)
 @json_option
 @click.pass_obj
-def copy(obj: Context, destination: str, session_id: str | None, as_json: bool) -> None:
+def copy(
+    obj: Context, destination: str, session_id: str | None, include_expired: bool, as_json: bool
+) -> None:
     """Copy sessions into another database (e.g. SQLite to Postgres); an empty one gets
-    zerda_store's schema first.
+    zerda_store's schema first. What a retention policy has expired is not copied unless
+    --include-expired.
 
     Sessions that already hold data there are skipped, so an interrupted copy can be run
     again to finish it.
@@ -128,16 +145,18 @@ def copy(obj: Context, destination: str, session_id: str | None, as_json: bool) 
     from ..db import migrate
 
     source = obj.reader()
-    ids = [session_id] if session_id else [s.session_id for s in source.sessions()]
+    ids = [session_id] if session_id else source.session_ids(include_expired=include_expired)
     if session_id:
         require_session(obj, session_id)
     with obj.open_store(destination) as target_store:
         migrate.prepare_for_new_data(target_store)
         with row_bar("copy", source.row_counts(ids)) as bar:
-            report = source.copy_to(target_store, ids, bar.counted)
+            report = source.copy_to(target_store, ids, bar.counted, include_expired=include_expired)
     if as_json:
         click.echo(json.dumps({"copied": report.copied, "skipped": report.skipped}))
         return
+    including = " including expired data" if include_expired else ""
     click.echo(
-        f"copied {plural(report.copied, 'session')}, skipped {report.skipped} already present"
+        f"copied {plural(report.copied, 'session')}{including}, "
+        f"skipped {report.skipped} already present"
     )

@@ -62,8 +62,15 @@ class IdentityMethods(MemoryCore):
 
     def aliases(self) -> list[dict[str, Any]]:
         """The session's aliases: ``entity``, ``alias`` and ``source`` ("manual", "merge",
-        or "mention" for a titled form that joined its entity)."""
-        return [asdict(entry) for entry in self._identity.aliases(self.session_id)]
+        or "mention" for a titled form that joined its entity). Under a retention policy,
+        only the aliases of entities the reads show (none in a session idle past its
+        ``session_idle``)."""
+        entries = self._identity.aliases(self.session_id)
+        visible = self._visible()
+        if visible is not None:
+            shown = {e.name for e in self._repository.iter_entities(self.session_id, visible)}
+            entries = [entry for entry in entries if entry.entity in shown]
+        return [asdict(entry) for entry in entries]
 
     def similar_entities(self, limit: int | None = None) -> list[dict[str, str]]:
         """Pairs of the session's entities that may be one, for a person to confirm with

@@ -76,6 +76,16 @@ class Policies:
         times = [t for t in (row.turn_at, row.entity_at) if t is not None]
         return max(times) if times else None
 
+    def any_rules(self) -> bool:
+        """Whether the table holds any rule at all."""
+        return bool(self.store.read(lambda t: t.run(self.any_rule))[0].found)
+
+    def visibility_now(self, session_id: str, now: float) -> Visibility | None:
+        """What reads of ``session_id`` may show at ``now`` (None: no policy applies), as a
+        memory's reads see it, for the operators' listings and exports."""
+        policy = self.effective(session_id)
+        return None if policy is None else self.visibility(session_id, policy, now)
+
     def visibility(self, session_id: str, policy: Policy, now: float) -> Visibility:
         last = None
         if policy.general.session_idle is not None:

@@ -134,6 +134,9 @@ class Visibility:
     def visible(self, entity_type: str, created_at: float) -> bool:
         return created_at >= self.cutoff_of(entity_type)
 
+    def shows_turn(self, created_at: float) -> bool:
+        return created_at >= self.turn_cutoff
+
     def cutoff_values(self) -> dict[str, Any]:
         """The values of :func:`cutoff_case` with ``len(type_cutoffs)`` types."""
         values: dict[str, Any] = {"cutoff": self.cutoff}

@@ -4,6 +4,8 @@ read and goes through SQLAlchemy (:meth:`Store.query`), streamed a page at a tim
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,13 +20,23 @@ from ..db.schema import (
     in_same_session,
     turns,
 )
+from ..retention.policies import Policies
+from ..retention.policy import Visibility
 from ..turns.history import PAGE_SIZE
+from ..turns.reads import Reads
+from ..turns.rows import newest
 
 
-def export_session(store: Store, session_id: str) -> Iterator[dict[str, Any]]:
+def export_session(
+    store: Store, session_id: str, *, include_expired: bool = False
+) -> Iterator[dict[str, Any]]:
     """Every row of a session as plain records, from one snapshot: turns with their
     ledger rows, entities in first-seen order, then snippets in each entity's order.
-    Ids are the source database's and serve only as references between records."""
+    Ids are the source database's and serve only as references between records.
+
+    Under a retention policy, what the memory's reads hide at this moment is left out
+    (unless ``include_expired``): see :class:`_Shown`."""
+    shown = None if include_expired else _Shown.of(store, session_id)
     with_ledger = (
         sa.select(
             turns.c.id,
@@ -60,6 +72,7 @@ def export_session(store: Store, session_id: str) -> Iterator[dict[str, Any]]:
             contexts.c.turn_id,
             contexts.c.turn_seq,
             contexts.c.text,
+            *((contexts.c.created_at, entities.c.entity_type) if shown else ()),
         )
         .join(
             entities,
@@ -92,5 +105,51 @@ def export_session(store: Store, session_id: str) -> Iterator[dict[str, Any]]:
             ("context", snippets),
             ("alias", aliases),
         ):
-            for row in streaming.execute(query):
-                yield {"kind": kind, **row._asdict()}
+            records = ({"kind": kind, **row._asdict()} for row in streaming.execute(query))
+            yield from records if shown is None else shown.filtered(kind, records)
+
+
+class _Shown:
+    """What of a session the reads show at one moment: turns by the turn cutoff,
+    entities with a snippet that shows (the reads' visible counts), snippets by their
+    entity type's cutoff and each entity's last ``keep_last``, aliases of entities shown.
+    A snippet shown whose turn is not is written without its turn."""
+
+    def __init__(self, visible: Visibility, entity_ids: set[int]) -> None:
+        self._visible = visible
+        self._entity_ids = entity_ids
+        self._turn_ids: set[int] = set()
+
+    @classmethod
+    def of(cls, store: Store, session_id: str) -> _Shown | None:
+        visible = Policies(store).visibility_now(session_id, time.time())
+        if visible is None:
+            return None
+        return cls(visible, set(Reads(store).snippet_counts(session_id, visible)))
+
+    def filtered(self, kind: str, records: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        if kind == "turn":
+            for record in records:
+                if self._visible.shows_turn(record["created_at"]):
+                    self._turn_ids.add(record["id"])
+                    yield record
+        elif kind == "context":
+            yield from self._snippets(records)
+        else:
+            key = "id" if kind == "entity" else "entity_id"
+            yield from (r for r in records if r[key] in self._entity_ids)
+
+    def _snippets(self, records: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """One entity's snippets at a time (they come in each entity's order)."""
+        for _, group in itertools.groupby(records, key=lambda r: r["entity_id"]):
+            of_entity = [r for r in group if r["entity_id"] in self._entity_ids]
+            if not of_entity:
+                continue
+            entity_type = of_entity[0].pop("entity_type")
+            shown = [r for r in of_entity if self._visible.visible(entity_type, r["created_at"])]
+            for record in newest(shown, self._visible.keep_last(entity_type)):
+                record.pop("created_at")
+                record.pop("entity_type", None)
+                if record["turn_id"] not in self._turn_ids:
+                    record["turn_id"] = None
+                yield record

@@ -19,7 +19,7 @@ from ..model.names import FOLD_V1, KEY_RULES, KeyRules
 from ..model.records import EntityRecord, Mention, SessionStats
 from ..retention.policy import Visibility
 from .history import PAGE_SIZE, TurnHistory
-from .resolving_recall import ResolvingRecall, split_rows
+from .resolving_recall import ResolvingRecall, marked_rows, split_rows
 from .rows import entity_record, newest, recalled
 from .statements import TurnStatements
 
@@ -106,17 +106,20 @@ class Reads(TurnHistory):
         visible: Visibility | None,
     ) -> Callable[[Transaction], tuple[list[Any], list[str]]]:
         """The recall's snippet rows and the keys recalled, in order (:func:`recalled`
-        makes them the result). On Postgres one statement resolves the mentions and reads
-        the snippets; on SQLite, where resolving costs more than a statement, the mentions'
-        own keys are read first, and only if one of them names no entity with snippets is
-        that statement run."""
+        makes them the result). Postgres: one statement resolves and reads. SQLite: the
+        own keys with the session's mark (``resolution_possible``), then, only if a key
+        names no entity with snippets and resolution could find it another (a titled
+        mention, or a marked session), the resolving statement."""
         resolver = self._resolver
         aged = visible is not None
         own = list(dict.fromkeys(m.key for m in mentions))
         first = []
         if resolver is None or self.store.dialect == "sqlite":
-            first = self._statements.recall_batches(session_id, own, limit, aged=aged)
+            first = self._statements.recall_batches(
+                session_id, own, limit, aged=aged, marked=resolver is not None
+            )
         resolving = self._resolving.statement(aged)
+        titled = any(m.key != m.core_key for m in mentions)
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
             rows = [
@@ -124,8 +127,10 @@ class Reads(TurnHistory):
             ]
             if resolver is None:
                 return rows, own
-            if first and {row.name_key for row in rows} >= set(own):
-                return rows, own
+            if first:
+                rows, possible = marked_rows(rows)
+                if not (possible or titled) or {row.name_key for row in rows} >= set(own):
+                    return rows, own
             if not mentions:
                 return [], []
             values = ResolvingRecall.values(session_id, mentions, limit)
@@ -309,17 +314,34 @@ class Reads(TurnHistory):
                 )
 
             return plain
-        typed = self._visible.typed(len(visible.type_cutoffs))
         reads, turn_values = self._turn_reads(session_id, visible)
 
+        counting = self.snippet_counts_work(session_id, visible)
+
         def work(transaction: Transaction) -> SessionStats:
-            values = {"session_id": session_id, **visible.cutoff_values()}
-            counts = transaction.run(typed.snippet_counts, values)
-            snippets = sum(
-                _capped(int(row.count), visible.keep_last(row.entity_type)) for row in counts
-            )
+            counts = counting(transaction)
             messages = int(transaction.run(reads.count, turn_values)[0].count)
-            return SessionStats(len(counts), messages, snippets)
+            return SessionStats(len(counts), messages, sum(counts.values()))
+
+        return work
+
+    def snippet_counts(self, session_id: str, visible: Visibility) -> dict[int, int]:
+        """How many snippets of each entity show under ``visible`` (each cut at its
+        ``keep_last``), by entity id; an entity none of whose snippets shows is not in it."""
+        return self.store.read(self.snippet_counts_work(session_id, visible), snapshot=True)
+
+    def snippet_counts_work(
+        self, session_id: str, visible: Visibility
+    ) -> Callable[[Transaction], dict[int, int]]:
+        typed = self._visible.typed(len(visible.type_cutoffs))
+        values = {"session_id": session_id, **visible.cutoff_values()}
+
+        def work(transaction: Transaction) -> dict[int, int]:
+            rows = transaction.run(typed.snippet_counts, values)
+            return {
+                int(row.entity_id): _capped(int(row.count), visible.keep_last(row.entity_type))
+                for row in rows
+            }
 
         return work
 

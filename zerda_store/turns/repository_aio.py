@@ -25,9 +25,13 @@ class AsyncRepository:
         """:meth:`Repository.save_turn`, awaited: on Postgres a turn that fits is saved in
         one round trip, as there, on the same database thread."""
         repository = self._repository
-        first = repository.one_trip_save(session_id, turn)
-        if first is None:
+        if self.store.dialect != "postgresql":
             return await self.store.awrite(*repository.save_turn_work(session_id, turn))
+
+        def first() -> tuple[bool, int | None]:  # on the thread: it may read (once a store)
+            one_trip = repository.one_trip_save(session_id, turn)
+            return (False, None) if one_trip is None else one_trip()
+
         return await self.store.awrite_in_one_trip(
             first, lambda: repository.save_turn_work(session_id, turn)
         )

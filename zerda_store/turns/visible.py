@@ -78,7 +78,11 @@ class _TypedReads:
         )
         # Visible snippets per entity (the repository cuts each at its keep_last).
         self.snippet_counts = compiled(
-            sa.select(entities.c.entity_type, sa.func.count().label("count"))
+            sa.select(
+                contexts.c.entity_id.label("entity_id"),
+                entities.c.entity_type,
+                sa.func.count().label("count"),
+            )
             .select_from(contexts)
             .join(
                 entities,

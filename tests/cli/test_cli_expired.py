@@ -1,0 +1,176 @@
+"""What a retention policy hides from the API's reads, the command line hides too:
+`entities`, `sessions`, `alias list`, `entity`, `copy`; `export` skips it unless
+`--include-expired`, which says so. Data is written with an old clock (epoch 1,000,000,
+1970) or the real one, and the command reads at the real time."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
+from zerda_store.extraction import ExtractedEntity
+
+DAY = 86_400.0
+OLD = 1_000_000.0
+
+
+class Typed:
+    """An extractor for inputs like ``"Sarah/PERSON, Acme/ORG | text"``."""
+
+    name = "typed"
+
+    def extract(self, text: str) -> list[ExtractedEntity]:
+        head = text.split(" | ", 1)[0]
+        return [ExtractedEntity(*([*part.split("/"), "unknown"])[:2]) for part in head.split(", ")]
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def memory(make_memory, session_id: str, now: float):
+    made = make_memory(extractor=Typed(), session_id=session_id)
+    made._now = Clock(now)
+    return made
+
+
+def save(memory, names: str, text: str) -> None:
+    memory.save_context({"input": f"{names} | {text}"}, {"output": "ok"})
+
+
+def exported(url: str, session_id: str, *extra: str) -> tuple[dict[str, int], str]:
+    """The kinds of records `export` writes and what it says on standard error."""
+    result = succeeded(invoke(url, "export", "--session", session_id, "-o", "-", *extra))
+    counts: dict[str, int] = {}
+    for line in result.stdout.splitlines():
+        record = json.loads(line)
+        kind = record.get("kind", "header")
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts, result.stderr
+
+
+def api(make_memory, session_id: str) -> Any:
+    return make_memory(extractor=Typed(), session_id=session_id)
+
+
+@pytest.fixture
+def kept_two(make_memory, database_url) -> str:
+    """Session "k": five turns naming Sarah and Acme (ten snippets), keep_last=2."""
+    m = memory(make_memory, "k", time.time())
+    for n in range(5):
+        save(m, "Sarah/PERSON, Acme/ORG", f"note {n}")
+    m.set_retention(keep_last=2)
+    return database_url
+
+
+@pytest.fixture
+def aged(make_memory, database_url) -> str:
+    """Session "a": three turns of 1970 naming Old, two of now naming New, max_age=1 day."""
+    old = memory(make_memory, "a", OLD)
+    for n in range(3):
+        save(old, "Old/PERSON", f"long ago {n}")
+    new = memory(make_memory, "a", time.time())
+    for n in range(2):
+        save(new, "New/PERSON", f"today {n}")
+    new.set_retention(max_age=DAY)
+    return database_url
+
+
+@pytest.fixture
+def idle(make_memory, database_url) -> str:
+    """Session "i": idle since 1970 (session_idle=1 day), Sarah with an alias; session "f",
+    fresh, with an alias too."""
+    old = memory(make_memory, "i", OLD)
+    save(old, "Sarah Chen/PERSON", "long ago")
+    old.add_alias("Sarah Chen", "Sally")
+    old.set_retention(session_idle=DAY)
+    fresh = memory(make_memory, "f", time.time())
+    save(fresh, "Omar/PERSON", "today")
+    fresh.add_alias("Omar", "Omi")
+    return database_url
+
+
+def test_entities_count_only_the_snippets_keep_last_keeps(kept_two, make_memory):
+    listed = json_of(invoke(kept_two, "entities", "--session", "k", "--json"))
+    info = api(make_memory, "k").get_entity_info("Sarah")
+
+    assert [(e["name"], e["contexts_count"]) for e in listed] == [("Sarah", 2), ("Acme", 2)]
+    assert info["contexts_count"] == 2
+    shown = json_of(invoke(kept_two, "entity", "Sarah", "--session", "k", "--json", "--limit", "9"))
+    assert shown["contexts_count"] == 2 and len(shown["recent_contexts"]) == 2
+
+
+def test_export_skips_what_keep_last_hides_unless_asked(kept_two, make_memory):
+    counts, said = exported(kept_two, "k")
+    everything, said_all = exported(kept_two, "k", "--include-expired")
+
+    assert (counts["context"], counts["turn"], counts["entity"]) == (4, 5, 2)
+    assert api(make_memory, "k").get_memory_stats()["total_contexts"] == 4
+    assert "expired" not in said
+    assert everything["context"] == 10
+    assert "including expired data" in said_all
+
+
+def test_entities_sessions_and_export_hide_what_max_age_expired(aged, make_memory):
+    listed = json_of(invoke(aged, "entities", "--session", "a", "--json"))
+    sessions = {s["session_id"]: s for s in json_of(invoke(aged, "sessions", "--json"))}
+    stats = api(make_memory, "a").get_memory_stats()
+    counts, _ = exported(aged, "a")
+    everything, _ = exported(aged, "a", "--include-expired")
+
+    assert [e["name"] for e in listed] == ["New"]
+    assert listed[0]["contexts_count"] == 2
+    assert (sessions["a"]["entity_count"], sessions["a"]["message_count"]) == (1, 2)
+    assert (stats["entity_count"], stats["message_count"]) == (1, 2)
+    assert (counts["turn"], counts["entity"], counts["context"]) == (2, 1, 2)
+    assert (everything["turn"], everything["entity"], everything["context"]) == (5, 2, 5)
+    refused = one_line_error(invoke(aged, "entity", "Old", "--session", "a"))
+    assert "no entity 'Old'" in refused
+
+
+def test_an_idle_session_lists_no_aliases_and_is_not_listed(idle, make_memory):
+    assert api(make_memory, "i").aliases() == []
+    assert api(make_memory, "f").aliases() == [
+        {"entity": "Omar", "alias": "Omi", "source": "manual"}
+    ]
+    assert json_of(invoke(idle, "alias", "list", "--session", "i", "--json")) == []
+    assert json_of(invoke(idle, "entities", "--session", "i", "--json")) == []
+    listed = [s["session_id"] for s in json_of(invoke(idle, "sessions", "--json"))]
+    assert listed == ["f"]
+    counts, _ = exported(idle, "i")
+    assert counts.get("turn", 0) == counts.get("entity", 0) == counts.get("alias", 0) == 0
+
+
+def _target_counts(url: str, session_id: str) -> dict[str, int]:
+    from zerda_store import Store
+    from zerda_store.admin import AdminRepository
+
+    with Store(url) as store:
+        counts: dict[str, int] = {}
+        for record in AdminRepository(store).export_session(session_id, include_expired=True):
+            counts[record["kind"]] = counts.get(record["kind"], 0) + 1
+        return counts
+
+
+def test_copy_copies_what_the_reads_show(kept_two, aged, tmp_path):
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    report = json_of(invoke(kept_two, "copy", "--to", target, "--json"))
+
+    assert report == {"copied": 2, "skipped": 0}
+    assert _target_counts(target, "k") == {"turn": 5, "entity": 2, "context": 4}
+    assert _target_counts(target, "a") == {"turn": 2, "entity": 1, "context": 2}
+
+
+def test_copy_include_expired_copies_everything(aged, tmp_path):
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    succeeded(invoke(aged, "copy", "--to", target, "--include-expired"))
+
+    assert _target_counts(target, "a") == {"turn": 5, "entity": 2, "context": 5}
