@@ -81,6 +81,9 @@ turns = sa.Table(
     sqlite_autoincrement=True,
 )
 
+# The condition of ``ix_entities_titled``, as the database stores it.
+TITLED = sa.text("name_key <> core_key")
+
 entities = sa.Table(
     "entities",
     metadata,
@@ -103,6 +106,10 @@ entities = sa.Table(
     sa.UniqueConstraint("session_id", "id"),
     sa.Index(None, "session_id", "first_turn_id", "first_position"),
     sa.Index(None, "session_id", "core_key"),
+    # The titled or suffixed forms ("Dr. Sarah Chen": a key that is not its core), which
+    # name resolution may join a mention to; a session with none of them and no alias
+    # skips resolution (``identity.statements.resolution_possible``). Revision 0009.
+    sa.Index("ix_entities_titled", "session_id", sqlite_where=TITLED, postgresql_where=TITLED),
     # Ids never reused: an unmerge puts rows back under their ids.
     sqlite_autoincrement=True,
 )

@@ -69,6 +69,22 @@ def candidates_select(dialect: Dialect) -> Any:
     )
 
 
+def resolution_possible(session: Any) -> Any:
+    """Whether name resolution can join a mention of the session that is its own core (no
+    title, no legal form) to another entity than its key's: only when the session has an
+    alias or a titled form (an entity whose key is not its core). Without either, the
+    candidates of such a mention are its key's entity alone (``identity.resolve``).
+
+    One probe of an index each (``uq_entity_aliases_session_id_alias_key``, the partial
+    ``ix_entities_titled``), so this per-session mark is kept exact by every write in its
+    own transaction, whatever process makes it. ``session``: the session id's parameter."""
+    titled = entities.alias("titled")
+    return sa.or_(
+        sa.exists().where(entity_aliases.c.session_id == session),
+        sa.exists().where(titled.c.session_id == session, titled.c.name_key != titled.c.core_key),
+    )
+
+
 ALIAS_COLUMNS = (
     "session_id", "entity_id", "alias_key", "core_key", "alias", "source", "created_at",
 )  # fmt: skip

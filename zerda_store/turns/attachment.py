@@ -41,13 +41,26 @@ class Attachment:
             statements.contexts.compile_all()
 
     def run(
-        self, transaction: Transaction, session_id: str, saved: list[tuple[int, NewTurn]]
+        self,
+        transaction: Transaction,
+        session_id: str,
+        saved: list[tuple[int, NewTurn]],
+        *,
+        resolution_possible: bool = True,
     ) -> None:
+        """Attach the saved turns' entities and snippets. ``resolution_possible`` False:
+        the session has no alias and no titled form (``identity.statements``), so that
+        mentions that are their own cores keep their keys without a lookup."""
         if self._entities is None:
             return
         mentions = [mention for _, turn in saved for mention in turn.mentions]
+        resolving = self._resolver is not None and (
+            resolution_possible or any(m.key != m.core_key for m in mentions)
+        )
         targets = (
-            self._resolver.targets(transaction, session_id, mentions) if self._resolver else {}
+            self._resolver.targets(transaction, session_id, mentions)
+            if self._resolver is not None and resolving
+            else {}
         )
         first: dict[str, dict[str, Any]] = {}
         for turn_id, turn in saved:

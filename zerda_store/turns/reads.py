@@ -19,7 +19,7 @@ from ..model.names import FOLD_V1, KEY_RULES, KeyRules
 from ..model.records import EntityRecord, Mention, SessionStats
 from ..retention.policy import Visibility
 from .history import PAGE_SIZE, TurnHistory
-from .resolving_recall import ResolvingRecall, split_rows
+from .resolving_recall import ResolvingRecall, marked_rows, split_rows
 from .rows import entity_record, newest, recalled
 from .statements import TurnStatements
 
@@ -106,17 +106,20 @@ class Reads(TurnHistory):
         visible: Visibility | None,
     ) -> Callable[[Transaction], tuple[list[Any], list[str]]]:
         """The recall's snippet rows and the keys recalled, in order (:func:`recalled`
-        makes them the result). On Postgres one statement resolves the mentions and reads
-        the snippets; on SQLite, where resolving costs more than a statement, the mentions'
-        own keys are read first, and only if one of them names no entity with snippets is
-        that statement run."""
+        makes them the result). Postgres: one statement resolves and reads. SQLite: the
+        own keys with the session's mark (``resolution_possible``), then, only if a key
+        names no entity with snippets and resolution could find it another (a titled
+        mention, or a marked session), the resolving statement."""
         resolver = self._resolver
         aged = visible is not None
         own = list(dict.fromkeys(m.key for m in mentions))
         first = []
         if resolver is None or self.store.dialect == "sqlite":
-            first = self._statements.recall_batches(session_id, own, limit, aged=aged)
+            first = self._statements.recall_batches(
+                session_id, own, limit, aged=aged, marked=resolver is not None
+            )
         resolving = self._resolving.statement(aged)
+        titled = any(m.key != m.core_key for m in mentions)
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
             rows = [
@@ -124,8 +127,10 @@ class Reads(TurnHistory):
             ]
             if resolver is None:
                 return rows, own
-            if first and {row.name_key for row in rows} >= set(own):
-                return rows, own
+            if first:
+                rows, possible = marked_rows(rows)
+                if not (possible or titled) or {row.name_key for row in rows} >= set(own):
+                    return rows, own
             if not mentions:
                 return [], []
             values = ResolvingRecall.values(session_id, mentions, limit)

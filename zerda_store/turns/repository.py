@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from ..db.engine import Store
 from ..db.pipeline import write_pipelined
+from ..db.sharding import distributed
 from ..db.unit_of_work import SessionLock, SessionLockStatements, Transaction
 from ..identity.resolution import KnownKeyRules, check_key_rules, refuse_other_rules
 from ..model.names import KeyRules
@@ -77,14 +78,42 @@ class Repository(Reads):
         """Store one turn with its entities and snippets; None if its idempotency key was
         already used in this session. On Postgres, a turn whose names need no resolution
         is saved in one round trip (:mod:`single_trip`)."""
-        if self._single_trip is not None and self._single_trip_fits(session_id, turn):
-            resolved, turn_id = self._save_in_one_trip(session_id, turn)
+        one_trip = self.one_trip_save(session_id, turn)
+        if one_trip is not None:
+            resolved, turn_id = one_trip()
             if resolved:
                 return turn_id
         return self.store.write(*self.save_turn_work(session_id, turn))
 
+    def one_trip_save(
+        self, session_id: str, turn: NewTurn
+    ) -> Callable[[], tuple[bool, int | None]] | None:
+        """The turn saved in one round trip, when it may be (Postgres not distributed by
+        Citus, the session's key rules checked in this store, names that need no
+        resolution), else None; tried before :meth:`save_turn_work` by the sync save and
+        the async one alike."""
+        if self._single_trip is None or not self._single_trip_fits(session_id, turn):
+            return None
+        return lambda: self._save_in_one_trip(session_id, turn)
+
     def _single_trip_fits(self, session_id: str, turn: NewTurn) -> bool:
-        return self._checked_rules(session_id) is _nothing and SingleTripSave.fits(turn)
+        """On Postgres not distributed by Citus (there the statement runs in parts,
+        :mod:`db.sharding`), once the session's rules are checked, for names that are their
+        own cores."""
+        return (
+            self._checked_rules(session_id) is _nothing
+            and SingleTripSave.fits(turn)
+            and not self._distributed()
+        )
+
+    def _distributed(self) -> bool:
+        """Whether Citus distributes the tables (then every insert goes as VALUES)."""
+        if self.store.dialect != "postgresql":
+            return False
+        found = distributed(self.store)
+        if found:
+            self._statements.route_inserts()
+        return found
 
     def _save_in_one_trip(self, session_id: str, turn: NewTurn) -> tuple[bool, int | None]:
         """The turn saved by one statement after the session's lock, in one pipeline:
@@ -108,7 +137,9 @@ class Repository(Reads):
     ) -> tuple[Callable[[Transaction], int | None], SessionLock]:
         """The unit of work of one saved turn, its statements prepared, and its lock
         (:meth:`save_turn`, and the async path's)."""
-        insert_turn = self._statements.turn.prepare(1)
+        self._distributed()
+        marked_turn = self._statements.marked_turn
+        insert_turn = self._statements.turn.prepare(1) if marked_turn is None else None
         attachment = Attachment(self._statements, [turn], self._resolver)
         insert_outcome = self._statements.outcomes.prepare(1)
         turn_row = new_turn_row(session_id, turn)
@@ -116,11 +147,16 @@ class Repository(Reads):
 
         def work(transaction: Transaction) -> int | None:
             check_rules(transaction, turn.created_at)
-            inserted = insert_turn.run(transaction, [turn_row])
+            if marked_turn is not None:  # SQLite: the session's mark comes with the id
+                inserted = transaction.run(marked_turn, turn_row)
+            else:
+                assert insert_turn is not None
+                inserted = insert_turn.run(transaction, [turn_row])
             if not inserted:
                 return None
             turn_id = int(inserted[0].id)
-            attachment.run(transaction, session_id, [(turn_id, turn)])
+            possible = marked_turn is None or bool(inserted[0].resolution_possible)
+            attachment.run(transaction, session_id, [(turn_id, turn)], resolution_possible=possible)
             insert_outcome.run(transaction, [new_outcome_row(session_id, turn_id, turn)])
             self._remember_rules(session_id)
             return turn_id
@@ -131,6 +167,7 @@ class Repository(Reads):
         """Store many turns in one transaction, as a loop of :meth:`save_turn` would."""
         if not new_turns:
             return []
+        self._distributed()
         insert = self._statements.turns.prepare(len(new_turns))
         attachment = Attachment(self._statements, new_turns, self._resolver)
         insert_outcomes = self._statements.outcomes.prepare(len(new_turns))

@@ -117,3 +117,10 @@ def split_rows(rows: list[Any]) -> tuple[list[Any], list[CandidateRow]]:
         if row.context_id is None
     ]
     return snippets, candidates
+
+
+def marked_rows(rows: list[Any]) -> tuple[list[Any], bool]:
+    """The snippet rows of a marked recall (``statements._marked``), and the session's
+    mark: whether resolution could change what a mention that is its own core names."""
+    snippets = [row for row in rows if row.context_id is not None]
+    return snippets, any(row.resolution_possible for row in rows if row.context_id is None)

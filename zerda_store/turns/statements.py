@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
@@ -27,6 +28,7 @@ from ..db.driver import (
 from ..db.schema import contexts, entities, extractions, in_same_session, insert_columns, turns
 from ..db.sql import Statements, dialect_insert
 from ..db.unit_of_work import Transaction
+from ..identity.statements import resolution_possible
 from ..model.names import UNKNOWN_TYPE
 
 # Rows a multi-row INSERT carries at most (8 columns × 64 stays under every SQLite's limit
@@ -87,6 +89,20 @@ def _recall_by_keys(count: int, aged: bool = False, keyed: Any = None) -> Any:
             entities.c.name_key.in_(keys) if keyed is None else keyed,
         )
     )
+
+
+def _marked(recall: Any) -> Any:
+    """SQLite: ``recall`` (:func:`_recall_by_keys`) and one more row, whose
+    ``context_id`` is NULL, saying in ``resolution_possible`` whether name resolution can
+    change what a mention that is its own core names (the snippet rows have NULL there)."""
+    mark = sa.select(
+        *(sa.null().label(column.key) for column in recall.selected_columns),
+        resolution_possible(sa.bindparam("session_id")).label("resolution_possible"),
+    )
+    snippets = recall.add_columns(
+        sa.type_coerce(sa.null(), sa.Boolean).label("resolution_possible")
+    )
+    return sa.union_all(snippets, mark)
 
 
 def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
@@ -174,7 +190,7 @@ class RowsInsert:
         self._dialect = dialect
         self._insert = dialect_insert(dialect.name)
         self._finish = finish
-        # Postgres: many rows as one array per column.
+        # Postgres: many rows as one array per column (not on Citus: :meth:`route`).
         self._arrays = dialect.name == "postgresql"
         self._compiled: dict[int, Runnable] = {}
         self._all_compiled = False
@@ -186,6 +202,12 @@ class RowsInsert:
         if self._arrays and count > POSTGRES_VALUES_ROWS:
             return PreparedInsert([(self._statement(ANY_ROWS), count)])
         return PreparedInsert([(self._statement(size), size) for size in _statement_sizes(count)])
+
+    def route(self) -> None:
+        """Send VALUES only, whatever the row count: Citus routes an INSERT ... VALUES to the
+        session's shard, but plans an INSERT ... SELECT of arrays in parts
+        (:mod:`db.sharding`)."""
+        self._arrays = False
 
     def compile_all(self) -> None:
         """Compile every statement some row count needs, so that inserts whose counts are
@@ -255,11 +277,25 @@ def _insert_turn_once(insert: Any) -> Any:
     ).returning(turns.c.id)
 
 
+def _marked_turn() -> Any:
+    """SQLite: one turn (:func:`_insert_turn_once`, values named after the columns), which
+    returns the session's mark too (``resolution_possible``, read in the save's
+    transaction): a save whose mentions are their own cores skips resolution without it."""
+    columns = insert_columns(turns)
+    insert = sqlite.insert(turns).values(
+        {column: sa.bindparam(column, type_=turns.c[column].type) for column in columns}
+    )
+    possible = resolution_possible(sa.bindparam("session_id", type_=turns.c.session_id.type))
+    return _insert_turn_once(insert).returning(possible.label("resolution_possible"))
+
+
 class TurnStatements(Statements):
     """The chat-turn path's statements for one dialect: one per store."""
 
     def __init__(self, dialect: Dialect) -> None:
         super().__init__(dialect)
+        # SQLite: a single save's turn, with the session's mark (None on Postgres).
+        self.marked_turn = None if dialect.name == "postgresql" else self.compiled(_marked_turn())
         self.turn = RowsInsert(dialect, turns, _insert_turn_once)
         self.turns = RowsInsert(dialect, turns, lambda insert: insert.returning(turns.c.id))
         self.entities = RowsInsert(dialect, entities, _upsert_entities)
@@ -268,18 +304,33 @@ class TurnStatements(Statements):
         # Postgres: recall keys as one array.
         self._arrays = dialect.name == "postgresql"
 
-    def _recall_statement(self, count: int, aged: bool) -> Runnable:
-        def build() -> Runnable:
-            built = _recall_lateral(aged) if self._arrays else _recall_by_keys(count, aged)
-            return self.compiled(built)
+    def route_inserts(self) -> None:
+        """Inserts as VALUES only, for a database distributed by Citus (:meth:`RowsInsert.route`)."""
+        for insert in (self.turn, self.turns, self.entities, self.contexts, self.outcomes):
+            insert.route()
 
-        return self.per_count((count, aged), build)
+    def _recall_statement(self, count: int, aged: bool, marked: bool = False) -> Runnable:
+        def build() -> Runnable:
+            if self._arrays:
+                return self.compiled(_recall_lateral(aged))
+            built = _recall_by_keys(count, aged)
+            return self.compiled(_marked(built) if marked else built)
+
+        return self.per_count((count, aged, marked), build)
 
     def recall_batches(
-        self, session_id: str, keys: list[str], limit: int, *, aged: bool = False
+        self,
+        session_id: str,
+        keys: list[str],
+        limit: int,
+        *,
+        aged: bool = False,
+        marked: bool = False,
     ) -> list[tuple[Runnable, dict[str, Any]]]:
         """The recall statements for ``keys`` with their values: one on Postgres, one per
-        ``RECALL_CHUNK`` keys on SQLite. ``aged``: the rows carry ``created_at`` too."""
+        ``RECALL_CHUNK`` keys on SQLite. ``aged``: the rows carry ``created_at`` too.
+        ``marked`` (SQLite): the first statement also returns the session's mark
+        (:func:`_marked`)."""
         if self._arrays:
             values = {"session_id": session_id, "limit": limit, "keys": keys}
             return [(self._recall_statement(ANY_ROWS, aged), values)] if keys else []
@@ -288,5 +339,6 @@ class TurnStatements(Statements):
             chunk = keys[start : start + RECALL_CHUNK]
             values = {"session_id": session_id, "limit": limit}
             values.update(zip(_key_names(len(chunk)), chunk, strict=True))
-            batches.append((self._recall_statement(len(chunk), aged), values))
+            statement = self._recall_statement(len(chunk), aged, marked and not start)
+            batches.append((statement, values))
         return batches
