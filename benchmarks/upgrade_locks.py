@@ -6,7 +6,8 @@ look an entity up by its key, and insert turns every 0.5 s from other connection
     python -m benchmarks.upgrade_locks                  # 200,000 turns (the issue's size)
     python -m benchmarks.upgrade_locks --turns 20000    # a quicker look
 
-Prints the upgrade's time, then per probe the longest wait and the time spent waiting
+Prints the upgrade's time (and each revision's, and how often a step gave way to another
+transaction's lock and tried again), the time of `db contract` after it, then per probe the longest wait and the time spent waiting
 longer than 1 s (a probe that hit its lock_timeout counts 2 s and a failure). Makes one
 database ``zerda_bench_<random>`` and drops it.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import threading
 import time
 import uuid
@@ -100,6 +102,40 @@ PROBES = (
 )  # fmt: skip
 
 
+class RevisionClock(logging.Handler):
+    """When each revision began (Alembic logs "Running upgrade A -> B"), and how often a
+    step gave way to another transaction's lock and tried again."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.started = time.monotonic()
+        self.begun: list[tuple[str, float]] = []
+        self.retries = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Running upgrade"):
+            revision = message.split(" -> ")[1].split(",")[0]
+            self.begun.append((revision, time.monotonic() - self.started))
+        elif "trying again" in message:
+            self.retries += 1
+
+    def __enter__(self) -> RevisionClock:
+        for name in ("alembic.runtime.migration", "zerda_store.migrate"):
+            logger = logging.getLogger(name)
+            logger.addHandler(self)
+            logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name in ("alembic.runtime.migration", "zerda_store.migrate"):
+            logging.getLogger(name).removeHandler(self)
+
+    def durations(self, total: float) -> dict[str, float]:
+        ends = [at for _, at in self.begun[1:]] + [total]
+        return {rev: round(end - at, 1) for (rev, at), end in zip(self.begun, ends, strict=True)}
+
+
 def measure(url: str, turns: int) -> dict[str, object]:
     sessions = max(1, turns // TURNS_PER_SESSION)
     values = {"turns": turns, "sessions": sessions, "per_session": TURNS_PER_SESSION,
@@ -119,8 +155,12 @@ def measure(url: str, turns: int) -> dict[str, object]:
             thread.start()
         time.sleep(2 * PROBE_EVERY)
         started = time.monotonic()
-        report = migrate.upgrade(store)
+        with RevisionClock() as clock:
+            report = migrate.upgrade(store)
         upgraded = time.monotonic() - started
+        started = time.monotonic()
+        migrate.contract(store)
+        contracted = time.monotonic() - started
         time.sleep(2 * PROBE_EVERY)
         stop.set()
         for thread in threads:
@@ -130,6 +170,9 @@ def measure(url: str, turns: int) -> dict[str, object]:
         "turns": turns,
         "fill_s": round(filled, 1),
         "upgrade_s": round(upgraded, 1),
+        "revisions_s": clock.durations(upgraded),
+        "lock_retries": clock.retries,
+        "contract_s": round(contracted, 2),
         "merges": sum(len(entry["merges"]) for entry in report),
         "probes": [probe.summary() for probe in probes],
     }

@@ -16,6 +16,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from zerda_store import migrate
+from zerda_store.db import short_locks
+from zerda_store.db.contract import COMPATIBILITY_DEFAULTS
 from zerda_store.db.engine import Store
 from zerda_store.db.schema import metadata
 
@@ -35,6 +37,17 @@ def _included(dialect: str) -> Any:
     return included
 
 
+def _compared_default(
+    context: Any, inspected: Any, column: Any, inspected_default: str | None, *rest: Any
+) -> bool | None:
+    """Server defaults are compared (None: as Alembic does), but a compatibility default
+    that `db contract` dropped is as current as the one `db upgrade` made."""
+    contracted = (column.table.name, column.name) in {
+        (table, name) for table, name, _ in COMPATIBILITY_DEFAULTS
+    }
+    return False if contracted and inspected_default is None else None
+
+
 def run_migrations(connection: Connection) -> None:
     if (
         connection.dialect.name == "sqlite"
@@ -48,6 +61,7 @@ def run_migrations(connection: Connection) -> None:
         )
     # Handed over outside a transaction on Postgres, revisions may commit as they go (a
     # backfill in batches, a constraint validated apart): see 0005.
+    postgres = connection.dialect.name == "postgresql"
     config.attributes["online_ddl"] = (
         connection.dialect.name == "postgresql" and not connection.in_transaction()
     )
@@ -55,14 +69,29 @@ def run_migrations(connection: Connection) -> None:
         connection=connection,
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
-        compare_server_default=connection.dialect.name == "postgresql",
+        compare_server_default=_compared_default if postgres else False,
         # On Postgres, a connection handed over outside a transaction (`db upgrade`)
         # commits each revision on its own, releasing its locks before the next.
         transaction_per_migration=connection.dialect.name == "postgresql",
         include_object=_included(connection.dialect.name),
     )
-    with context.begin_transaction():
-        context.run_migrations()
+    if not config.attributes["online_ddl"]:
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+
+    def run() -> None:
+        with context.begin_transaction():
+            context.run_migrations()
+
+    def stopped() -> str:
+        return f"db upgrade, the revision after {context.get_context().get_current_revision()}"
+
+    # The transactions of the revisions wait briefly for a table's lock (reads and writes
+    # queue behind a waiting request), and the revisions run again after a pause when one
+    # gave way: each goes on where it stopped.
+    with short_locks.short_lock_waits(connection):
+        short_locks.retrying_lock_timeouts(connection, run, stopped)
 
 
 def run_from_command_line() -> None:

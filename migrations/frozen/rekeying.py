@@ -71,15 +71,30 @@ def rekey_sessions(
     ``assume_normalized``: the unsure sessions (True: all) the operator knows were fold-v1."""
     sessions = connection.execute(sa.select(ENTITIES.c.session_id).distinct()).scalars().all()
     return [
-        _rekey_session(
-            connection,
-            session_id,
-            now,
-            assume_normalized is True
-            or (not isinstance(assume_normalized, bool) and session_id in assume_normalized),
-        )
+        rekey_session(connection, session_id, now, assume_normalized=assume_normalized)
         for session_id in sorted(sessions)
     ]
+
+
+def pending_sessions(connection: sa.Connection) -> list[str]:
+    """The sessions holding entities that no re-keying has given a core yet (``NULL``: the
+    column was added since; the previous release's saves take the column's default)."""
+    query = sa.select(ENTITIES.c.session_id).where(ENTITIES.c.core_key.is_(None)).distinct()
+    return sorted(connection.execute(query).scalars())
+
+
+def rekey_session(
+    connection: sa.Connection,
+    session_id: str,
+    now: float,
+    *,
+    assume_normalized: bool | Collection[str] = False,
+) -> SessionOutcome:
+    """Record one session's key rules and re-key it if it was written with fold-v1."""
+    assumed = assume_normalized is True or (
+        not isinstance(assume_normalized, bool) and session_id in assume_normalized
+    )
+    return _rekey_session(connection, session_id, now, assumed)
 
 
 def _entities(connection: sa.Connection, session_id: str) -> list[dict[str, Any]]:

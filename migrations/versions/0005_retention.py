@@ -86,11 +86,14 @@ EPOCH_NOW = {
 BATCH_ROWS = 20_000
 IN_BATCH = " AND id >= :low AND id < :high"
 NOT_NULL_CHECK = "ck_contexts_created_at_backfilled"
-NOT_NULL_THROUGH_CHECK = (
+# Each in a short transaction (a table's exclusive lock, briefly), but VALIDATE outside any.
+CHECK_ADDED = (
     f"ALTER TABLE contexts DROP CONSTRAINT IF EXISTS {NOT_NULL_CHECK}",
     f"ALTER TABLE contexts ADD CONSTRAINT {NOT_NULL_CHECK} CHECK (created_at IS NOT NULL) "
     "NOT VALID",
-    f"ALTER TABLE contexts VALIDATE CONSTRAINT {NOT_NULL_CHECK}",
+)
+CHECK_VALIDATED = f"ALTER TABLE contexts VALIDATE CONSTRAINT {NOT_NULL_CHECK}"
+NOT_NULL_SET = (
     "ALTER TABLE contexts ALTER COLUMN created_at SET NOT NULL",
     f"ALTER TABLE contexts DROP CONSTRAINT {NOT_NULL_CHECK}",
 )
@@ -108,7 +111,8 @@ def _online() -> bool:
 
 def _add_created_at_online() -> None:
     """Postgres: add ``contexts.created_at`` without holding the table's lock for long (see
-    the module's docstring); each statement after the first commit is its own transaction."""
+    the module's docstring): the steps that take the table's lock in short transactions
+    (which `db upgrade` lets wait briefly for it), the others outside any."""
     bind = op.get_bind()
     columns = {column["name"] for column in sa.inspect(bind).get_columns("contexts")}
     if "created_at" not in columns:
@@ -121,8 +125,12 @@ def _add_created_at_online() -> None:
             batch = {"low": start, "high": start + BATCH_ROWS}
             bind.execute(sa.text(BACKFILL_FROM_TURNS + IN_BATCH + " AND created_at IS NULL"), batch)
             bind.execute(sa.text(BACKFILL_NOTES + IN_BATCH), batch)
-        for statement in NOT_NULL_THROUGH_CHECK:
-            bind.exec_driver_sql(statement)
+    for statement in CHECK_ADDED:
+        op.execute(statement)
+    with op.get_context().autocommit_block():
+        op.get_bind().exec_driver_sql(CHECK_VALIDATED)
+    for statement in NOT_NULL_SET:
+        op.execute(statement)
 
 
 def _alter_contexts(change: str) -> None:

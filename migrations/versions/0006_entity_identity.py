@@ -11,6 +11,14 @@ where fold-v2 would change them (and said so), else unrecorded, its next save re
 the rules of its memory. What merged is logged (``alembic`` logger), handed to
 ``zerda-store db upgrade`` to print, and listed by ``zerda-store merges``.
 
+On Postgres, when the revision runs in transactions of its own (``db upgrade``), nothing
+holds the table's lock for long: the tables and the column (nullable, with the default the
+previous release's saves take) are committed in one short transaction; each session is
+re-keyed in a short transaction of its own holding the session's lock (as ``db rekey``
+does); then NOT NULL comes through a check constraint validated first, and the index is
+built concurrently. Re-run after an interruption, it re-keys the sessions left (those with
+entities whose ``core_key`` is NULL) and goes on.
+
 The data work is frozen in ``migrations/frozen`` (the key rules as they were, the merge in
 the merge log's format), importing nothing of the library. Downgrading undoes the
 upgrade's merges and gives entities their fold-v1 keys again (or refuses, saying what to
@@ -182,9 +190,15 @@ def _frozen(module: str) -> Any:
 
 def _rekey_sessions() -> None:
     attributes = op.get_context().config.attributes
-    outcomes = _frozen("rekeying").rekey_sessions(
-        op.get_bind(), time.time(), assume_normalized=attributes.get(ASSUME_NORMALIZED, False)
+    _report(
+        _frozen("rekeying").rekey_sessions(
+            op.get_bind(), time.time(), assume_normalized=attributes.get(ASSUME_NORMALIZED, False)
+        )
     )
+
+
+def _report(outcomes: list[Any]) -> None:
+    """Log what the re-keying did, and hand it to `zerda-store db upgrade` to print."""
     for outcome in outcomes:
         for entry in outcome.merges:
             logger.info(
@@ -197,13 +211,75 @@ def _rekey_sessions() -> None:
                 "it was written with normalize_names=True",
                 outcome.session_id,
             )
-    # `zerda-store db upgrade` hands a list for what the upgrade did, and prints it.
-    report = attributes.get(REPORT)
+    report = op.get_context().config.attributes.get(REPORT)
     if report is not None:
         report.extend(asdict(outcome) for outcome in outcomes if outcome.key_rules)
 
 
+# Set by env.py: the revision runs in transactions of its own on Postgres.
+ONLINE_DDL = "online_ddl"
+# The session locks of the library's saves (`zerda_store.db.unit_of_work`): the re-keying
+# of a session excludes the saves of the new release to it, as `db rekey` does.
+SESSION_LOCK = "SELECT pg_advisory_xact_lock(2053468787, hashtext(%(session_id)s))"
+NOT_NULL_CHECK = "ck_entities_core_key_rekeyed"
+CORE_KEY_INDEX = "ix_entities_session_id_core_key"
+
+
+def _upgrade_online() -> None:
+    """Postgres, holding no table's lock for long: the tables and the column (nullable,
+    with the default the previous release's saves take) in one short transaction; then each
+    session re-keyed in a short transaction of its own, holding the session's lock; then
+    NOT NULL through a check constraint validated first, and the index built concurrently.
+    Re-run after an interruption, it goes on with the sessions not re-keyed yet (their
+    entities' ``core_key`` is still NULL)."""
+    inspector = sa.inspect(op.get_bind())
+    if not inspector.has_table("entity_aliases"):
+        _create_tables()
+    columns = {column["name"]: column for column in inspector.get_columns("entities")}
+    if "core_key" not in columns:
+        op.add_column("entities", sa.Column("core_key", sa.Text(), nullable=True))
+        op.alter_column("entities", "core_key", server_default="")
+    context = op.get_context()
+    assume_normalized = context.config.attributes.get(ASSUME_NORMALIZED, False)
+    with context.autocommit_block():
+        bind = op.get_bind()
+        rekeying = _frozen("rekeying")
+        for session_id in rekeying.pending_sessions(bind):
+            bind.exec_driver_sql("BEGIN")
+            try:
+                bind.exec_driver_sql(SESSION_LOCK, {"session_id": session_id})
+                outcome = rekeying.rekey_session(
+                    bind, session_id, time.time(), assume_normalized=assume_normalized
+                )
+            except BaseException:
+                bind.exec_driver_sql("ROLLBACK")
+                raise
+            bind.exec_driver_sql("COMMIT")
+            _report([outcome])  # as it is committed: a later stop loses none of the report
+    if columns.get("core_key", {"nullable": True})["nullable"]:
+        op.execute(f"ALTER TABLE entities DROP CONSTRAINT IF EXISTS {NOT_NULL_CHECK}")
+        op.execute(
+            f"ALTER TABLE entities ADD CONSTRAINT {NOT_NULL_CHECK} "
+            "CHECK (core_key IS NOT NULL) NOT VALID"
+        )
+        with context.autocommit_block():
+            op.get_bind().exec_driver_sql(
+                f"ALTER TABLE entities VALIDATE CONSTRAINT {NOT_NULL_CHECK}"
+            )
+        op.execute("ALTER TABLE entities ALTER COLUMN core_key SET NOT NULL")
+        op.execute(f"ALTER TABLE entities DROP CONSTRAINT {NOT_NULL_CHECK}")
+    with context.autocommit_block():
+        # One left invalid by an interrupted run is built again.
+        op.get_bind().exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {CORE_KEY_INDEX}")
+        op.get_bind().exec_driver_sql(
+            f"CREATE INDEX CONCURRENTLY {CORE_KEY_INDEX} ON entities (session_id, core_key)"
+        )
+
+
 def upgrade() -> None:
+    if op.get_context().config.attributes.get(ONLINE_DDL):
+        _upgrade_online()
+        return
     _create_tables()
     _alter_entities("add")
 

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from tests.doubles import AsyncKeywordLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.turns.attachment import Attachment
+from zerda_store.turns.repository import Repository
 
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
 
@@ -183,18 +184,20 @@ async def test_cancelled_inside_the_transaction_leaves_no_partial_turn(
     await memory.asave_context({"input": "Sarah joined"}, {"output": "ok"})
     run = Attachment.run
 
-    def slow_run(self: Attachment, *args: Any) -> None:
+    def slow_run(self: Attachment, *args: Any, **options: Any) -> None:
         # After the turn's INSERT, before its snippets (on the store's database thread):
         # the awaiting task is cancelled here.
         time.sleep(0.6)
-        run(self, *args)
+        run(self, *args, **options)
 
     monkeypatch.setattr(Attachment, "run", slow_run)
+    # The general unit of work on Postgres too (not the one-trip pipeline).
+    monkeypatch.setattr(Repository, "one_trip_save", lambda *_: None)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(
             memory.asave_context({"input": "Sarah left"}, {"output": "bye"}), 0.3
         )
-    monkeypatch.setattr(Attachment, "run", run)
+    monkeypatch.undo()
 
     assert await _in_use(store) == 0
     assert _count(database_url, "SELECT count(*) FROM turns") == 1

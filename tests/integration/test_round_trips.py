@@ -6,6 +6,7 @@ server once per ``ReadyForQuery`` message (the answer to a sync, or to a simple 
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
@@ -185,3 +186,32 @@ def test_a_titled_mention_joins_and_the_bare_name_stays_one_round_trip(
     info = memory.get_entity_info("Sarah Chen")
     assert info is not None
     assert info["contexts_count"] == 3
+
+
+def test_an_async_save_is_one_round_trip_as_the_sync_one(
+    traced: tuple[ConversationEntityMemory, ProtocolTrace],
+) -> None:
+    """The async save sends the same pipeline, on a database thread; a turn whose names
+    join another entity falls back to the general unit of work on that thread."""
+    memory, trace = traced
+
+    async def saves() -> list[int]:
+        trips = []
+        for text, key in [
+            ("[1] Sarah Chen and Omar Haddad met.", None),
+            ("[2] Karim asked Sarah Chen.", "m-2"),
+            ("[2] Karim asked Sarah Chen.", "m-2"),  # a delivery again
+        ]:
+            await memory.asave_context({"input": text}, {"output": "Noted."}, idempotency_key=key)
+            trips.append(round_trips(trace.take()))
+        await memory.asave_context({"input": "[3] Dr. Lina Nasser called."}, {"output": "ok"})
+        await memory.asave_context({"input": "[4] Lina Nasser wrote."}, {"output": "ok"})
+        trips.append(round_trips(trace.take()))
+        return trips
+
+    trips = asyncio.run(saves())
+    assert trips[:3] == [1, 2, 1]
+    assert trips[3] > 2
+    assert memory.list_entities() == ["Omar Haddad", "Sarah Chen", "Karim", "Dr. Lina Nasser"]
+    info = memory.get_entity_info("Lina Nasser")
+    assert info is not None and info["contexts_count"] == 2

@@ -29,6 +29,7 @@ from zerda_store import (
 )
 from zerda_store.db.driver import compile_statement
 from zerda_store.db.unit_of_work import Transaction
+from zerda_store.turns import repository
 
 # Only a guard, so that a call that waits forever fails the test instead of hanging it.
 HANG_GUARD_SECONDS = 60
@@ -181,6 +182,46 @@ async def test_a_unit_of_work_runs_to_its_end_while_the_event_loop_is_busy(
         assert await unit == 1
 
 
+def _idle_in_transaction(database_url: str) -> int:
+    if not database_url.startswith("postgresql"):
+        return 0
+    return int(
+        _scalar(
+            database_url,
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+        )
+    )
+
+
+@pytest.mark.asyncio
+async def test_saves_end_and_give_their_connections_back_while_the_event_loop_is_busy(
+    database_url: str,
+) -> None:
+    """The memory's saves, started and then left without the event loop (blocked here):
+    each runs to its COMMIT and gives its connection back, and no connection sits idle
+    in transaction (Postgres), however long the loop stays busy."""
+    async with Store(database_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="busy")
+        await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
+        saves = [
+            asyncio.ensure_future(
+                memory.asave_context({"input": f"Sarah and Omar {n}"}, {"output": "ok"})
+            )
+            for n in range(20)
+        ]
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while not store.connections_in_use() and time.monotonic() < deadline:
+            await asyncio.sleep(0)  # until a save's unit of work runs
+        assert store.connections_in_use(), "no save reached its unit of work"
+        while store.connections_in_use() and time.monotonic() < deadline:
+            time.sleep(0.01)  # the loop stays blocked
+        assert store.connections_in_use() == 0, "a unit of work waited for the event loop"
+        assert _idle_in_transaction(database_url) == 0
+        await asyncio.gather(*saves)
+        assert (await memory.aget_memory_stats())["message_count"] == 21
+
+
 # -- cancellation --------------------------------------------------------------------------
 
 
@@ -268,6 +309,42 @@ async def test_a_save_cancelled_while_its_commit_runs_reports_it_stored(
         with pytest.raises(CommitOutcomeUnknownError, match="stored"):
             await task
     assert _stored_keys(database_url, "late") == {"m1"}
+
+
+@pytest.mark.asyncio
+@pytest.mark.postgres
+async def test_a_save_cancelled_while_its_one_trip_pipeline_runs_reports_it_stored(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Postgres: a save sent as one pipeline commits with the pipeline's answer; a
+    cancellation that arrives once it is sent cannot stop it, and the caller is told."""
+    sent, go_on = threading.Event(), threading.Event()
+
+    async with Store(postgres_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="piped")
+        await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
+        pipelined = repository.write_pipelined
+
+        def slow_answer(*args: Any) -> Any:
+            rows = pipelined(*args)
+            sent.set()
+            go_on.wait(HANG_GUARD_SECONDS)
+            return rows
+
+        monkeypatch.setattr(repository, "write_pipelined", slow_answer)
+        task = asyncio.ensure_future(
+            memory.asave_context({"input": "Sarah again"}, {"output": "ok"}, idempotency_key="p1")
+        )
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while not sent.is_set() and time.monotonic() < deadline and not task.done():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        go_on.set()
+        assert sent.is_set(), "the save was not sent as one pipeline"
+        with pytest.raises(CommitOutcomeUnknownError, match="stored"):
+            await task
+    assert _stored_keys(postgres_url, "piped") == {"p1"}
 
 
 # -- more calls than the pool serves --------------------------------------------------------

@@ -1,5 +1,5 @@
 """``db distribute``, thin over :mod:`distribution`; ``db rekey``, thin over
-:mod:`identity.rekeying`; and what ``db upgrade`` and ``db rekey`` say about the data they
+:mod:`identity.rekeying`; ``db contract``, thin over :mod:`db.contract`; and what ``db upgrade`` and ``db rekey`` say about the data they
 changed (registered on the ``db`` group by :mod:`cli.main`)."""
 
 from __future__ import annotations
@@ -141,3 +141,22 @@ def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
     print_rekeyed(report, as_json)
     if not as_json:
         click.echo(f"{plural(len(report), 'session')} re-keyed")
+
+
+@click.command("contract")
+@json_option
+@click.pass_obj
+def contract(obj: Context, as_json: bool) -> None:
+    """Drop the defaults the schema keeps for servers of the previous release (the contract
+    step of an upgrade): run once the last of them has stopped and `db rekey` has run.
+    Refused, changing nothing, while entities `db rekey` would re-key remain."""
+    from ..db import migrate
+
+    dropped = migrate.contract(obj.changing_store())
+    if as_json:
+        click.echo(json.dumps({"dropped_defaults": dropped}))
+    elif dropped:
+        for column in dropped:
+            print_text(f"dropped the default of {column} (kept for the previous release)")
+    else:
+        click.echo("nothing to contract: no default of the previous release is left")

@@ -249,6 +249,16 @@ class Store:
         self.check_writable()
         return await self._aio.write(work, lock)
 
+    async def awrite_in_one_trip(
+        self,
+        first: Callable[[], tuple[bool, T]],
+        then: Callable[[], tuple[Callable[[Transaction], T], SessionLock]],
+    ) -> T:
+        """:meth:`awrite` of a write ``first()`` sends whole (if it wrote nothing,
+        ``(False, _)``, ``then()``'s unit of work runs), on one database thread."""
+        self.check_writable()
+        return await self._aio.write_in_one_trip(first, then)
+
     async def aread(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
         """:meth:`read`, awaited: run on one of the async part's database threads."""
         return await self._aio.read(work, snapshot=snapshot)

@@ -18,8 +18,8 @@ from typing import TypeVar
 
 from ..errors import PoolExhaustedError, StoreError
 from . import unit_of_work_aio as async_unit_of_work
+from .threads_aio import DatabaseThreads
 from .unit_of_work import Database, SessionLock, Transaction
-from .unit_of_work_aio import DatabaseThreads
 
 # Threads for synchronous extraction (an LLM without agenerate, stanza) called from async
 # code: each waits on one model call, so they are many more than the cores.
@@ -90,6 +90,15 @@ class AsyncPart:
     async def write(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
         """One write transaction on a database thread (:func:`unit_of_work_aio.write`)."""
         return await async_unit_of_work.write(self._database, self, work, lock)
+
+    async def write_in_one_trip(
+        self,
+        first: Callable[[], tuple[bool, T]],
+        then: Callable[[], tuple[Callable[[Transaction], T], SessionLock]],
+    ) -> T:
+        """A write tried whole first, on a database thread
+        (:func:`unit_of_work_aio.write_in_one_trip`)."""
+        return await async_unit_of_work.write_in_one_trip(self._database, self, first, then)
 
     async def read(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
         """Reads only, on a database thread (:func:`unit_of_work_aio.read`)."""

@@ -218,6 +218,15 @@ def switch_to_wal(store: Store) -> None:
                 time.sleep(0.05)
 
 
+def contract(store: Store) -> list[str]:
+    """The contract step of an upgrade: drop the defaults kept for servers of the previous
+    release (``table.column`` of each dropped); refused at a revision other than head or
+    while entities that ``db rekey`` would re-key remain (see :mod:`.contract`)."""
+    from .contract import contract as drop_compatibility_defaults
+
+    return drop_compatibility_defaults(store, head_revision(), require_store_database(store))
+
+
 def downgrade(store: Store, revision: str) -> None:
     """Downgrade the schema to ``revision`` ("base" drops every table)."""
     from alembic import command

@@ -27,38 +27,15 @@ is never stored without the caller being told.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from ..errors import CancelledAfterCommitError, CommitOutcomeUnknownError
 from . import unit_of_work
+from .threads_aio import DatabaseThreads, Job
 from .unit_of_work import Database, SessionLock, Transaction
 
 T = TypeVar("T")
-
-
-class DatabaseThreads:
-    """A store's threads for the units of work of async calls."""
-
-    def __init__(self, size: int, dialect: str) -> None:
-        self.size = size
-        self._pool = ThreadPoolExecutor(size, thread_name_prefix="zerda-store-db")
-        self._writer = (
-            ThreadPoolExecutor(1, thread_name_prefix="zerda-store-sqlite-writer")
-            if dialect == "sqlite"
-            else None
-        )
-
-    def executor(self, *, write: bool) -> ThreadPoolExecutor:
-        return self._writer if write and self._writer is not None else self._pool
-
-    def shutdown(self) -> None:
-        """Wait for the units of work that run (those still queued find the store closed)."""
-        for executor in (self._pool, self._writer):
-            if executor is not None:
-                executor.shutdown(wait=True)
 
 
 class AsyncThreads(Protocol):
@@ -78,57 +55,43 @@ class _Stopped(Exception):
     right before its COMMIT: the attempt rolls back and gives its connection back."""
 
 
-class _Gate:
-    """What a cancelled caller and its unit of work's thread agree on: the thread checks
-    it before every statement and before COMMIT; once COMMIT is sent, a cancellation can
-    no longer stop the unit of work."""
-
-    __slots__ = ("_lock", "cancelled", "committing")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.cancelled = False
-        self.committing = False
-
-    def check(self) -> None:
-        if self.cancelled:
-            raise _Stopped
-
-    def before_commit(self) -> None:
-        with self._lock:
-            if self.cancelled:
-                raise _Stopped
-            self.committing = True
-
-    def cancel(self) -> None:
-        with self._lock:
-            self.cancelled = True
-
-    def guarded(self, work: Callable[[Transaction], T]) -> Callable[[Transaction], T]:
-        def checked_work(transaction: Transaction) -> T:
-            return work(_GuardedTransaction(transaction, self))
-
-        return checked_work
-
-
 class _GuardedTransaction(Transaction):
-    __slots__ = ("_gate", "_transaction")
+    """The transaction a unit of work of an async call sees: before every statement it
+    checks whether the caller was cancelled."""
 
-    def __init__(self, transaction: Transaction, gate: _Gate) -> None:
+    __slots__ = ("_job", "_transaction")
+
+    def __init__(self, transaction: Transaction, job: Job) -> None:
         self._transaction = transaction
-        self._gate = gate
+        self._job = job
 
     def run(self, statement: Any, values: Any = None) -> list[Any]:
-        self._gate.check()
+        if self._job.cancelled:
+            raise _Stopped
         return self._transaction.run(statement, values)
 
     def count(self, statement: Any, values: Any = None) -> int:
-        self._gate.check()
+        if self._job.cancelled:
+            raise _Stopped
         return self._transaction.count(statement, values)
 
     def run_many(self, statement: Any, values: Any) -> int:
-        self._gate.check()
+        if self._job.cancelled:
+            raise _Stopped
         return self._transaction.run_many(statement, values)
+
+
+def _before_commit(job: Job) -> Callable[[], None]:
+    """What runs right before COMMIT is sent: a cancelled caller stops it; otherwise the
+    job is marked committing (a cancellation from then on cannot stop it). The caller
+    reads the mark only once the job has ended, so no lock is needed."""
+
+    def check() -> None:
+        if job.cancelled:
+            raise _Stopped
+        job.committing = True
+
+    return check
 
 
 async def write(
@@ -138,13 +101,42 @@ async def write(
     lock: SessionLock | None = None,
 ) -> T:
     """:func:`unit_of_work.write`, awaited: one write transaction on a database thread."""
-    gate = _Gate()
-    guarded = gate.guarded(work)
+    job = Job(asyncio.get_running_loop())
+
+    def guarded(transaction: Transaction) -> T:
+        return work(_GuardedTransaction(transaction, job))
+
+    job.run = lambda: unit_of_work.write(store, guarded, lock, before_commit=_before_commit(job))
+    return await _awaited(threads, job, write=True)  # type: ignore[no-any-return]
+
+
+async def write_in_one_trip(
+    store: Database,
+    threads: AsyncThreads,
+    first: Callable[[], tuple[bool, T]],
+    then: Callable[[], tuple[Callable[[Transaction], T], SessionLock]],
+) -> T:
+    """A write sent whole by ``first`` (a Postgres pipeline whose answer is its commit:
+    once sent, a cancellation cannot stop it), and only when that wrote nothing (it
+    returns ``(False, _)``), the unit of work ``then`` builds, as :func:`write` runs it;
+    both on one database thread, one hop."""
+    job = Job(asyncio.get_running_loop())
+    before_commit = _before_commit(job)
+
+    def guarded(work: Callable[[Transaction], T]) -> Callable[[Transaction], T]:
+        return lambda transaction: work(_GuardedTransaction(transaction, job))
 
     def run() -> T:
-        return unit_of_work.write(store, guarded, lock, before_commit=gate.before_commit)
+        before_commit()
+        done, value = first()
+        if done:
+            return value
+        job.committing = False  # nothing was written
+        work, lock = then()
+        return unit_of_work.write(store, guarded(work), lock, before_commit=before_commit)
 
-    return await _awaited(threads, run, gate, write=True)
+    job.run = run
+    return await _awaited(threads, job, write=True)  # type: ignore[no-any-return]
 
 
 async def read(
@@ -155,52 +147,51 @@ async def read(
     snapshot: bool = False,
 ) -> T:
     """:func:`unit_of_work.read`, awaited: on a database thread."""
-    gate = _Gate()
-    guarded = gate.guarded(work)
+    job = Job(asyncio.get_running_loop())
 
-    def run() -> T:
-        return unit_of_work.read(store, guarded, snapshot=snapshot)
+    def guarded(transaction: Transaction) -> T:
+        return work(_GuardedTransaction(transaction, job))
 
-    return await _awaited(threads, run, gate, write=False)
+    job.run = lambda: unit_of_work.read(store, guarded, snapshot=snapshot)
+    return await _awaited(threads, job, write=False)  # type: ignore[no-any-return]
 
 
-async def _awaited(where: AsyncThreads, run: Callable[[], T], gate: _Gate, *, write: bool) -> T:
+async def _awaited(where: AsyncThreads, job: Job, *, write: bool) -> Any:
     threads = where.database_threads()
-    future = threads.executor(write=write).submit(run)
-    loop = asyncio.get_running_loop()
-    exhausted = False
-
-    def give_up() -> None:
-        nonlocal exhausted
-        exhausted = future.cancel()  # still queued: every thread stayed busy
-
-    timer = loop.call_later(where.pool_timeout, give_up)
+    timer = None
+    if not threads.submit(job, write=write):  # every thread busy: it waits for one
+        timer = job.loop.call_later(where.pool_timeout, _give_up, where, threads, job)
     try:
-        return await asyncio.wrap_future(future, loop=loop)
+        return await job.future
     except asyncio.CancelledError:
-        if exhausted:
-            raise where.threads_exhausted(threads.size) from None
-        if future.cancel():  # never started
+        if job.take():  # never started
             raise
-        gate.cancel()
-        if await _stored_anyway(future, gate):
+        job.cancelled = True
+        if await _stored_anyway(job):
             raise CancelledAfterCommitError(
                 "the call was cancelled after its COMMIT had been sent: the write is stored "
                 "(a retry with the same idempotency_key is a no-op)"
             ) from None
         raise
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
 
 
-async def _stored_anyway(future: Future[Any], gate: _Gate) -> bool:
+def _give_up(where: AsyncThreads, threads: DatabaseThreads, job: Job) -> None:
+    """A job that found no thread free for ``pool_timeout`` fails without running."""
+    if job.take() and not job.future.done():
+        job.future.set_exception(where.threads_exhausted(threads.size))
+
+
+async def _stored_anyway(job: Job) -> bool:
     """Wait for a cancelled unit of work to stop (rolled back, its connection back) or to
     finish the COMMIT it had sent; whether it committed. A connection lost during that
     COMMIT raises :class:`CommitOutcomeUnknownError`."""
     try:
-        await asyncio.wrap_future(future)
+        await job.outcome()
     except CommitOutcomeUnknownError:
         raise
     except Exception:  # stopped, or failed: rolled back
         return False
-    return gate.committing
+    return job.committing

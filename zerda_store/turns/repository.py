@@ -78,11 +78,23 @@ class Repository(Reads):
         """Store one turn with its entities and snippets; None if its idempotency key was
         already used in this session. On Postgres, a turn whose names need no resolution
         is saved in one round trip (:mod:`single_trip`)."""
-        if self._single_trip is not None and self._single_trip_fits(session_id, turn):
-            resolved, turn_id = self._save_in_one_trip(session_id, turn)
+        one_trip = self.one_trip_save(session_id, turn)
+        if one_trip is not None:
+            resolved, turn_id = one_trip()
             if resolved:
                 return turn_id
         return self.store.write(*self.save_turn_work(session_id, turn))
+
+    def one_trip_save(
+        self, session_id: str, turn: NewTurn
+    ) -> Callable[[], tuple[bool, int | None]] | None:
+        """The turn saved in one round trip, when it may be (Postgres not distributed by
+        Citus, the session's key rules checked in this store, names that need no
+        resolution), else None; tried before :meth:`save_turn_work` by the sync save and
+        the async one alike."""
+        if self._single_trip is None or not self._single_trip_fits(session_id, turn):
+            return None
+        return lambda: self._save_in_one_trip(session_id, turn)
 
     def _single_trip_fits(self, session_id: str, turn: NewTurn) -> bool:
         """On Postgres not distributed by Citus (there the statement runs in parts,

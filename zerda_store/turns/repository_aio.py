@@ -22,8 +22,19 @@ class AsyncRepository:
         self.store = repository.store
 
     async def save_turn(self, session_id: str, turn: NewTurn) -> int | None:
-        """:meth:`Repository.save_turn`, awaited."""
-        return await self.store.awrite(*self._repository.save_turn_work(session_id, turn))
+        """:meth:`Repository.save_turn`, awaited: on Postgres a turn that fits is saved in
+        one round trip, as there, on the same database thread."""
+        repository = self._repository
+        if self.store.dialect != "postgresql":
+            return await self.store.awrite(*repository.save_turn_work(session_id, turn))
+
+        def first() -> tuple[bool, int | None]:  # on the thread: it may read (once a store)
+            one_trip = repository.one_trip_save(session_id, turn)
+            return (False, None) if one_trip is None else one_trip()
+
+        return await self.store.awrite_in_one_trip(
+            first, lambda: repository.save_turn_work(session_id, turn)
+        )
 
     async def has_turn(self, session_id: str, idempotency_key: str) -> bool:
         """:meth:`Repository.has_turn`, awaited."""

@@ -1,0 +1,134 @@
+"""The contract step of an upgrade (``zerda-store db contract``): drop what the schema keeps
+only for the previous release, once no server of it runs and ``db rekey`` has given what
+those servers saved the keys of the new rules.
+
+``db upgrade`` gives two columns a default that the new release never relies on (it writes
+both) and the previous release needs, as it does not know them: ``contexts.created_at``
+(now) and ``entities.core_key`` (empty: an entity that ``db rekey`` has not re-keyed yet).
+Once they are dropped, a server of the previous release that was left running fails to
+save (NOT NULL) instead of saving entities that the new rules do not find. Both the
+schema with the defaults and the one without are current (``db check`` accepts either).
+
+Refused, changing nothing, while entities without a core remain (``db rekey`` first), and
+at a revision other than head (``db upgrade`` first). On Postgres the defaults are dropped
+in one short transaction that waits briefly for the tables' locks and tries again (see
+:mod:`short_locks`); on SQLite the two tables are rebuilt (the views that read them are
+dropped and made again around the rebuild).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..errors import SchemaNotCurrentError
+from .engine import Store
+from .migration_lock import alembic_connection, locked_connection
+from .short_locks import retrying_lock_timeouts, short_lock_waits
+
+# (table, column, type): the defaults kept for the previous release only.
+COMPATIBILITY_DEFAULTS: tuple[tuple[str, str, Any], ...] = (
+    ("contexts", "created_at", sa.Double()),
+    ("entities", "core_key", sa.Text()),
+)
+UNKEYED = "SELECT COUNT(*), COUNT(DISTINCT session_id) FROM entities WHERE core_key = ''"
+
+
+def contract(store: Store, head: str, current: str) -> list[str]:
+    """Drop the compatibility defaults still there; returns them as ``table.column``."""
+    store.check_writable()
+    if current != head:
+        raise SchemaNotCurrentError(
+            f"cannot contract: the database is at revision {current}, not {head}; run "
+            "`zerda-store db upgrade` first"
+        )
+    with store.connect() as connection:
+        _refuse_unkeyed(connection)  # before any lock: the usual refusal waits for nothing
+        connection.rollback()
+    if store.dialect == "postgresql":
+        return _contract_postgres(store)
+    with alembic_connection(store, locked=True) as connection:
+        _refuse_unkeyed(connection)
+        return _contract_sqlite(connection)
+
+
+def _refuse_unkeyed(connection: Connection) -> None:
+    entities, sessions = connection.exec_driver_sql(UNKEYED).one()
+    if entities:
+        raise SchemaNotCurrentError(
+            f"cannot contract: {entities} entities of {sessions} sessions, saved by servers "
+            "of the previous release, have no keys of the new rules yet: run "
+            "`zerda-store db rekey` first (once the last of those servers has stopped)"
+        )
+
+
+def _with_default(connection: Connection) -> list[tuple[str, str, Any]]:
+    inspector = sa.inspect(connection)
+    found = []
+    for table, column, type_ in COMPATIBILITY_DEFAULTS:
+        columns = {c["name"]: c for c in inspector.get_columns(table)}
+        if columns[column].get("default") is not None:
+            found.append((table, column, type_))
+    return found
+
+
+def _contract_postgres(store: Store) -> list[str]:
+    dropped: list[str] = []
+    with locked_connection(store, per_revision=True) as connection:
+
+        def run() -> None:
+            with connection.begin():
+                dropped[:] = _drop_postgres(connection)
+
+        with short_lock_waits(connection):
+            retrying_lock_timeouts(connection, run, lambda: "db contract")
+    return dropped
+
+
+def _drop_postgres(connection: Connection) -> list[str]:
+    dropped = []
+    for table, column, _ in _with_default(connection):
+        connection.exec_driver_sql(f"ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT")
+        dropped.append(f"{table}.{column}")
+    # Under the tables' locks now: no server of the previous release saves in between.
+    _refuse_unkeyed(connection)
+    return dropped
+
+
+def _contract_sqlite(connection: Connection) -> list[str]:
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+
+    found = _with_default(connection)
+    if not found:
+        return []
+    views: Sequence[Any] = connection.exec_driver_sql(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'view' ORDER BY name"
+    ).all()
+    for name, _ in views:
+        connection.exec_driver_sql(f'DROP VIEW "{name}"')
+    # The rebuilt tables would count their ids on from the highest left, reusing those of
+    # merged entities and dropped snippets, which an unmerge puts back: keep the counters.
+    counters = connection.exec_driver_sql(
+        "SELECT name, seq FROM sqlite_sequence WHERE name IN ('contexts', 'entities')"
+    ).all()
+    operations = Operations(MigrationContext.configure(connection))
+    for table, column, type_ in found:
+        # Ids never reused in either table (revision 0007): AUTOINCREMENT kept.
+        with operations.batch_alter_table(
+            table, recreate="always", table_kwargs={"sqlite_autoincrement": True}
+        ) as batch:
+            batch.alter_column(
+                column, existing_type=type_, existing_nullable=False, server_default=None
+            )
+    for name, seq in counters:
+        connection.execute(
+            sa.text("UPDATE sqlite_sequence SET seq = MAX(seq, :seq) WHERE name = :name"),
+            {"seq": seq, "name": name},
+        )
+    for _, sql in views:
+        connection.exec_driver_sql(sql)
+    return [f"{table}.{column}" for table, column, _ in found]
