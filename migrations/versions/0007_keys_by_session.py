@@ -8,7 +8,9 @@ foreign keys ``(session_id, entity_id)`` / ``(session_id, turn_id)`` referring t
 them. SQLite keeps ``id`` as the primary key (an ``INTEGER PRIMARY KEY`` is what generates
 the ids) and gains a unique ``(session_id, id)`` on turns and entities for the composite
 foreign keys to refer to; the tables are rebuilt (batch mode), and the views that read
-them dropped and made again around the rebuild (as revision 0005 left them).
+them dropped and made again around the rebuild (as revision 0005 left them); the rebuilt
+tables count ids on past those that an unmerge of 0006's merges puts back (a merged
+entity, the snippets dropped with it), so that no new row takes one.
 
 On Postgres, when the revision runs in transactions of its own (``db upgrade``), the new
 keys' indexes are built first with ``CREATE INDEX CONCURRENTLY`` (reads and writes go on),
@@ -114,6 +116,37 @@ def _kwargs(table: str, composite: bool) -> dict[str, bool]:
     return {"sqlite_autoincrement": table == "turns" or (composite and table in NEVER_REUSED)}
 
 
+# The highest id that an unmerge may put back into each table (revision 0006's merges
+# delete the merged entity and the snippets the kept one has of the same turns).
+RESTORABLE = {
+    "entities": "SELECT MAX(merged_entity_id) FROM entity_merges WHERE undone_at IS NULL",
+    "contexts": "SELECT MAX(json_extract(dropped.value, '$.id')) FROM entity_merges, "
+    "json_each(entity_merges.record, '$.dropped_contexts') AS dropped "
+    "WHERE entity_merges.undone_at IS NULL",
+}
+
+
+def _never_reuse_restorable_ids() -> None:
+    """SQLite: the rebuilt tables count ids on from the highest row left; start them past
+    the ids an unmerge puts back, so that no new row takes one."""
+    bind = op.get_bind()
+    for table, query in RESTORABLE.items():
+        highest = bind.exec_driver_sql(query).scalar()
+        if highest is None:
+            continue
+        counted = bind.exec_driver_sql(
+            f"SELECT seq FROM sqlite_sequence WHERE name = '{table}'"
+        ).scalar()
+        if counted is None:
+            bind.exec_driver_sql(
+                f"INSERT INTO sqlite_sequence (name, seq) VALUES ('{table}', {int(highest)})"
+            )
+        elif counted < highest:
+            bind.exec_driver_sql(
+                f"UPDATE sqlite_sequence SET seq = {int(highest)} WHERE name = '{table}'"
+            )
+
+
 def _sqlite(composite: bool) -> None:
     op.execute("DROP VIEW entity_snippets")
     op.execute("DROP VIEW entity_overview")
@@ -140,6 +173,8 @@ def _sqlite(composite: bool) -> None:
                         _single(table, column, referred), referred, [column], ["id"],
                         ondelete="CASCADE",
                     )  # fmt: skip
+    if composite:
+        _never_reuse_restorable_ids()
     if not composite:
         for table in REFERRED:
             kwargs = _kwargs(table, composite)

@@ -174,3 +174,26 @@ def test_copy_include_expired_copies_everything(aged, tmp_path):
     succeeded(invoke(aged, "copy", "--to", target, "--include-expired"))
 
     assert _target_counts(target, "a") == {"turn": 5, "entity": 2, "context": 5}
+
+
+def test_a_snippet_shown_whose_turn_expired_is_exported_without_it(
+    make_memory, database_url, tmp_path
+):
+    """Turns age by every type's max_age (1 day), ORG snippets by their own (10,000 days):
+    a 1970 turn is hidden while its ORG snippet shows; the export writes the snippet as a
+    note (no turn), and the file imports."""
+    old = memory(make_memory, "o", time.time() - 30 * DAY)
+    save(old, "Acme/ORG, Sarah/PERSON", "last month")
+    old.set_retention(max_age=DAY)
+    old.set_retention(max_age=10_000 * DAY, entity_type="ORG")
+    path = tmp_path / "o.jsonl"
+    succeeded(invoke(database_url, "export", "--session", "o", "-o", str(path)))
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+    assert [r.get("kind") for r in records[1:-1]] == ["entity", "context"]
+    assert records[2]["turn_id"] is None
+    assert api(make_memory, "o").get_entity_info("Acme")["recent_contexts"] == [
+        "Acme/ORG, Sarah/PERSON | last month ok"
+    ]
+    succeeded(invoke(database_url, "import", str(path), "--session", "p"))
+    assert api(make_memory, "p").list_entities() == ["Acme"]

@@ -143,3 +143,23 @@ def test_an_entity_brought_back_apart_is_exported_and_imported_apart(
         dict(rows(store, KEYS, session="copy"))["Muller"]
         == dict(rows(store, KEYS, session="s"))["Muller"]
     )
+
+
+def test_a_merge_of_the_upgrade_can_be_undone_after_new_entities_and_snippets(
+    store: Store,
+) -> None:
+    # "Muller" is the newest entity, and its snippet of the turn naming both is dropped by
+    # the merge: the ids an unmerge puts back are the highest ever given.
+    save_turns(store, "s", [["Sarah", "Müller"], ["Müller", "Muller"]])
+    merged_ids = rows(store, "SELECT MAX(id) FROM entities UNION ALL SELECT MAX(id) FROM contexts")
+    migrate.upgrade(store)
+
+    with ConversationEntityMemory.for_session(store, "s", llm=FixedLLM("Ada")) as memory:
+        memory.save_context({"input": "Ada"}, {"output": "ok"})  # takes new ids, not theirs
+        memory.unmerge(1)
+        assert memory.list_entities() == ["Sarah", "Müller", "Muller", "Ada"]
+    assert rows(
+        store, "SELECT id FROM entities WHERE name = 'Muller' UNION ALL "
+        "SELECT MAX(c.id) FROM contexts c JOIN entities e ON e.id = c.entity_id "
+        "WHERE e.name = 'Muller'",
+    ) == merged_ids  # fmt: skip
