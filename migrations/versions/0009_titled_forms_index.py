@@ -60,4 +60,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    bind = op.get_bind()
+    if (
+        bind.dialect.name != "sqlite"
+        and bind.exec_driver_sql("SELECT 1 FROM pg_extension WHERE extname = 'citus'").first()
+    ):
+        # Citus drops a distributed table's index on its shards in parallel, after which
+        # the transaction may not change a view (0008's downgrade, next in it): one
+        # connection per worker instead.
+        op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
     op.drop_index(INDEX, table_name="entities")
