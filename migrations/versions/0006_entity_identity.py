@@ -244,21 +244,18 @@ def _upgrade_online() -> None:
     with context.autocommit_block():
         bind = op.get_bind()
         rekeying = _frozen("rekeying")
-        outcomes = []
         for session_id in rekeying.pending_sessions(bind):
             bind.exec_driver_sql("BEGIN")
             try:
                 bind.exec_driver_sql(SESSION_LOCK, {"session_id": session_id})
-                outcomes.append(
-                    rekeying.rekey_session(
-                        bind, session_id, time.time(), assume_normalized=assume_normalized
-                    )
+                outcome = rekeying.rekey_session(
+                    bind, session_id, time.time(), assume_normalized=assume_normalized
                 )
             except BaseException:
                 bind.exec_driver_sql("ROLLBACK")
                 raise
             bind.exec_driver_sql("COMMIT")
-    _report(outcomes)
+            _report([outcome])  # as it is committed: a later stop loses none of the report
     if columns.get("core_key", {"nullable": True})["nullable"]:
         op.execute(f"ALTER TABLE entities DROP CONSTRAINT IF EXISTS {NOT_NULL_CHECK}")
         op.execute(

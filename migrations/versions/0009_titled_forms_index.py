@@ -40,11 +40,20 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "sqlite" and op.get_context().config.attributes.get(
         ONLINE_DDL
     ):
-        with op.get_context().autocommit_block():
-            op.get_bind().exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX}")
-            op.get_bind().exec_driver_sql(
-                f"CREATE INDEX CONCURRENTLY {INDEX} ON entities (session_id) WHERE {TITLED}"
+        valid = (
+            op.get_bind()
+            .exec_driver_sql(
+                "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(name)s)",
+                {"name": INDEX},
             )
+            .scalar()
+        )
+        if not valid:  # missing, or left invalid by an interrupted run
+            with op.get_context().autocommit_block():
+                op.get_bind().exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX}")
+                op.get_bind().exec_driver_sql(
+                    f"CREATE INDEX CONCURRENTLY {INDEX} ON entities (session_id) WHERE {TITLED}"
+                )
         return
     where = sa.text(TITLED)
     op.create_index(INDEX, "entities", ["session_id"], sqlite_where=where, postgresql_where=where)

@@ -12,7 +12,14 @@ import sqlalchemy as sa
 from tests.cli.helpers import invoke, json_of
 from tests.doubles import FixedLLM
 from tests.migrations.released import released_database, rows, save_turns
-from zerda_store import ConversationEntityMemory, SchemaNotCurrentError, Store, migrate
+from zerda_store import (
+    ConversationEntityMemory,
+    LockTimeoutError,
+    SchemaNotCurrentError,
+    Store,
+    migrate,
+)
+from zerda_store.db import short_locks
 
 DEFAULTS = ["contexts.created_at", "entities.core_key"]
 
@@ -98,3 +105,20 @@ def test_db_contract_on_sqlite_keeps_the_ids_of_deleted_rows_from_being_reused(
         assert rows(store, entity_id, name="Carol") == [(ada + 1,)]
         memory.unmerge(merged["merge_id"])
     assert rows(store, entity_id, name="Ada") == [(ada,)]
+
+
+def test_db_contract_gives_way_to_a_long_transaction_and_changes_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite has no lock_timeout: its writers wait for one another")
+    monkeypatch.setattr(short_locks, "RETRY_PAUSES", (0.01,))
+    with store.engine.connect() as holder, holder.begin():
+        holder.exec_driver_sql("SELECT COUNT(*) FROM entities").scalar()  # as a long request
+
+        with pytest.raises(LockTimeoutError, match="db contract: gave up after 2 tries"):
+            migrate.contract(store)
+
+        holder.rollback()
+    assert _defaults(store) == DEFAULTS
+    assert migrate.contract(store) == DEFAULTS

@@ -101,3 +101,32 @@ def test_after_a_downgrade_the_released_version_finds_every_entity_again(
         )
     finally:
         restarted.close()
+
+
+def test_db_contract_waits_for_db_rekey_and_then_the_released_version_cannot_save(
+    empty_database_url: str, server: ReleasedServer
+) -> None:
+    server.ask("save Müller")
+    with Store(empty_database_url) as store:
+        migrate.upgrade(store)
+    assert server.ask("save Zoë") == "saved"  # no core_key: the default gives it ''
+
+    refused = invoke(empty_database_url, "db", "contract")
+    assert refused.exit_code != 0
+    assert "run `zerda-store db rekey` first" in refused.stderr
+    assert server.ask("save Ada") == "saved"  # nothing was dropped
+
+    json_of(invoke(empty_database_url, "db", "rekey", "--json"))
+    contracted = json_of(invoke(empty_database_url, "db", "contract", "--json"))
+
+    assert contracted == {"dropped_defaults": ["contexts.created_at", "entities.core_key"]}
+    # A server of the previous release left running now fails to save, loudly, rather
+    # than saving entities the new rules do not find; what it saved before stays found.
+    answer = server.ask("save Bob")
+    assert "IntegrityError" in answer["error"] and "core_key" in answer["error"]
+    with (
+        Store(empty_database_url) as store,
+        ConversationEntityMemory.for_session(store, "crm", llm=FixedLLM("Zoe")) as memory,
+    ):
+        assert memory.list_entities() == ["Müller", "Zoë", "Ada"]
+        assert memory.get_entity_info("Zoe")["contexts_count"] == 1

@@ -24,7 +24,7 @@ from ..db.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, entity_aliases
 from ..identity.statements import candidates_select
 from ..model.records import Mention
-from .statements import _recall_by_keys, _recall_lateral
+from .statements import ENTITY_SELECT, _recall_lateral
 
 
 class CandidateRow(NamedTuple):
@@ -55,13 +55,43 @@ def _candidate_entities() -> Any:
     )
 
 
+def _recall_by_keys(aged: bool, keyed: Any) -> Any:
+    """SQLite (no LATERAL): the session's entities that ``keyed`` selects,
+    joined to the snippets whose ids are among each one's newest ``:limit`` (a correlated
+    subquery on the contexts index led by entity_id, read backwards and cut at the
+    limit), then fetched by primary key. ``aged`` adds each snippet's creation time."""
+    newest = contexts.alias("newest")
+    newest_ids = (
+        sa.select(newest.c.id)
+        .where(newest.c.entity_id == entities.c.id)
+        .order_by(newest.c.turn_seq.desc(), newest.c.id.desc())
+        .limit(sa.bindparam("limit"))
+        .correlate(entities)
+    )
+    age = (contexts.c.created_at,) if aged else ()
+    return (
+        sa.select(
+            *ENTITY_SELECT,
+            contexts.c.text,
+            contexts.c.turn_seq,
+            contexts.c.id.label("context_id"),
+            *age,
+        )
+        .join_from(entities, contexts, contexts.c.id.in_(newest_ids))
+        .where(
+            entities.c.session_id == sa.bindparam("session_id"),
+            keyed,
+        )
+    )
+
+
 def _resolving_recall(dialect: Dialect, aged: bool) -> Any:
     found = candidates_select(dialect).cte("candidates")
     if dialect.name == "postgresql":
         snippets = _recall_lateral(aged, _candidate_entities())
     else:
         keyed = entities.c.name_key.in_(sa.select(found.c.entity_key))
-        snippets = _recall_by_keys(0, aged, keyed)
+        snippets = _recall_by_keys(aged, keyed)
     snippets = snippets.add_columns(sa.null().cast(entities.c.core_key.type).label("core_key"))
     nothing = {
         "id": entities.c.id.type,
@@ -120,7 +150,7 @@ def split_rows(rows: list[Any]) -> tuple[list[Any], list[CandidateRow]]:
 
 
 def marked_rows(rows: list[Any]) -> tuple[list[Any], bool]:
-    """The snippet rows of a marked recall (``statements._marked``), and the session's
+    """The snippet rows of a marked recall (``statements._recall_each_key``), and the session's
     mark: whether resolution could change what a mention that is its own core names."""
     snippets = [row for row in rows if row.context_id is not None]
     return snippets, any(row.resolution_possible for row in rows if row.context_id is None)

@@ -59,50 +59,46 @@ ENTITY_SELECT = (
 )
 
 
-def _recall_by_keys(count: int, aged: bool = False, keyed: Any = None) -> Any:
-    """SQLite (no LATERAL): the session's entities keyed ``:key_0`` … (unique index),
-    joined to the snippets whose ids are among each one's newest ``:limit`` (a correlated
-    subquery on the contexts index led by entity_id, read backwards and cut at the
-    limit), then fetched by primary key. ``aged`` adds each snippet's creation time;
-    ``keyed`` replaces the filter on the entities' keys."""
-    newest = contexts.alias("newest")
-    newest_ids = (
-        sa.select(newest.c.id)
-        .where(newest.c.entity_id == entities.c.id)
-        .order_by(newest.c.turn_seq.desc(), newest.c.id.desc())
-        .limit(sa.bindparam("limit"))
-        .correlate(entities)
-    )
-    keys = [sa.bindparam(f"key_{i}", type_=sa.String) for i in range(count)]
+def _recall_each_key(count: int, aged: bool = False, marked: bool = False) -> Any:
+    """SQLite: the newest ``:limit`` snippets of the session's entities keyed ``:key_0`` …,
+    one ``UNION ALL`` part per key: the entity by its unique index, its snippets read
+    backwards on the contexts index led by entity_id and cut at the limit (no temporary
+    table per entity, as a list subquery builds). ``aged`` adds each snippet's creation
+    time. ``marked``: one more row, whose ``context_id`` is NULL, says in
+    ``resolution_possible`` whether name resolution can change what a mention that is its
+    own core names (:func:`identity.statements.resolution_possible`)."""
     age = (contexts.c.created_at,) if aged else ()
-    return (
-        sa.select(
-            *ENTITY_SELECT,
-            contexts.c.text,
-            contexts.c.turn_seq,
-            contexts.c.id.label("context_id"),
-            *age,
+    columns = (
+        *ENTITY_SELECT,
+        contexts.c.text,
+        contexts.c.turn_seq,
+        contexts.c.id.label("context_id"),
+        *age,
+    )
+    # An integer (0 or 1) as SQLite gives it: no result processor on every row.
+    unmarked = sa.type_coerce(sa.null(), sa.Integer).label("resolution_possible")
+    parts: list[Any] = []
+    for i in range(count):
+        part = (
+            sa.select(*columns, *((unmarked,) if marked else ()))
+            .join_from(entities, contexts, contexts.c.entity_id == entities.c.id)
+            .where(
+                entities.c.session_id == sa.bindparam("session_id"),
+                entities.c.name_key == sa.bindparam(f"key_{i}", type_=sa.String),
+            )
+            .order_by(*NEWEST_FIRST)
+            .limit(sa.bindparam("limit"))
+            .subquery(f"key_{i}")
         )
-        .join_from(entities, contexts, contexts.c.id.in_(newest_ids))
-        .where(
-            entities.c.session_id == sa.bindparam("session_id"),
-            entities.c.name_key.in_(keys) if keyed is None else keyed,
+        parts.append(sa.select(*part.c).select_from(part))
+    if marked:
+        parts.append(
+            sa.select(
+                *(sa.null().label(name) for name in parts[0].selected_columns.keys()[:-1]),
+                resolution_possible(sa.bindparam("session_id")).label("resolution_possible"),
+            )
         )
-    )
-
-
-def _marked(recall: Any) -> Any:
-    """SQLite: ``recall`` (:func:`_recall_by_keys`) and one more row, whose
-    ``context_id`` is NULL, saying in ``resolution_possible`` whether name resolution can
-    change what a mention that is its own core names (the snippet rows have NULL there)."""
-    mark = sa.select(
-        *(sa.null().label(column.key) for column in recall.selected_columns),
-        resolution_possible(sa.bindparam("session_id")).label("resolution_possible"),
-    )
-    snippets = recall.add_columns(
-        sa.type_coerce(sa.null(), sa.Boolean).label("resolution_possible")
-    )
-    return sa.union_all(snippets, mark)
+    return sa.union_all(*parts) if len(parts) > 1 else parts[0]
 
 
 def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
@@ -313,8 +309,7 @@ class TurnStatements(Statements):
         def build() -> Runnable:
             if self._arrays:
                 return self.compiled(_recall_lateral(aged))
-            built = _recall_by_keys(count, aged)
-            return self.compiled(_marked(built) if marked else built)
+            return self.compiled(_recall_each_key(count, aged, marked))
 
         return self.per_count((count, aged, marked), build)
 
@@ -330,7 +325,7 @@ class TurnStatements(Statements):
         """The recall statements for ``keys`` with their values: one on Postgres, one per
         ``RECALL_CHUNK`` keys on SQLite. ``aged``: the rows carry ``created_at`` too.
         ``marked`` (SQLite): the first statement also returns the session's mark
-        (:func:`_marked`)."""
+        (:func:`_recall_each_key`)."""
         if self._arrays:
             values = {"session_id": session_id, "limit": limit, "keys": keys}
             return [(self._recall_statement(ANY_ROWS, aged), values)] if keys else []
