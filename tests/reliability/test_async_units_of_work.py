@@ -222,6 +222,29 @@ async def test_saves_end_and_give_their_connections_back_while_the_event_loop_is
         assert (await memory.aget_memory_stats())["message_count"] == 21
 
 
+@pytest.mark.asyncio
+async def test_on_sqlite_a_turn_hands_only_its_write_to_a_thread(sqlite_url: str) -> None:
+    """SQLite: the recall and the idempotency key's check run on the event loop (less CPU
+    than a hand-off); the save goes to the store's writer thread."""
+    before = set(threading.enumerate())
+    async with Store(sqlite_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="loop")
+        await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
+        for n in range(3):
+            await memory.aload_memory_variables({"input": "Sarah?"})
+            await memory.asave_context(
+                {"input": f"Sarah {n}"}, {"output": "ok"}, idempotency_key=f"k{n}"
+            )
+        made = set(threading.enumerate()) - before
+        names = {thread.name.split("_")[0] for thread in made}
+        assert "zerda-store-sqlite-writer" in names
+        assert "zerda-store-db" not in names
+        assert (
+            "Sarah 2 ok"
+            in (await memory.aload_memory_variables({"input": "Sarah?"}))["entity_info"]
+        )
+
+
 # -- cancellation --------------------------------------------------------------------------
 
 
@@ -361,12 +384,12 @@ async def test_async_calls_beyond_the_pool_fail_naming_its_size(database_url: st
     async with Store(database_url, async_pool_size=1, pool_timeout=0.3) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="full")
         await memory.asave_context({"input": "Sarah"}, {"output": "ok"})
-        busy = asyncio.ensure_future(store.aread(hold))
-        while not holding.is_set():  # the store's one database thread is taken
+        busy = asyncio.ensure_future(store.awrite(hold))
+        while not holding.is_set():  # the store's one database thread (for writes) is taken
             await asyncio.sleep(0.001)
         try:
             with pytest.raises(PoolExhaustedError) as caught:
-                await memory.aload_memory_variables({"input": "Sarah?"})
+                await memory.asave_context({"input": "Sarah again"}, {"output": "ok"})
         finally:
             release.set()
             assert await busy
