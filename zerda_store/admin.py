@@ -85,7 +85,8 @@ class AdminRepository:
         """Every row of a session as plain records, from one snapshot: turns with their
         ledger rows, entities in first-seen order, then snippets in each entity's order.
         Ids are the source database's and serve only as references between records. What
-        the session's retention policy has expired is left out unless ``include_expired``."""
+        the session's retention policy has expired is left out unless ``include_expired``
+        (decided just before the snapshot: :func:`transfer.exporting.export_session`)."""
         return export_session(self.store, session_id, include_expired=include_expired)
 
     # -- retention ------------------------------------------------------------------------

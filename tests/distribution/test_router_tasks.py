@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from tests.citus import Cluster
 from tests.doubles import KeywordLLM
-from zerda_store import ConversationEntityMemory, Store
+from zerda_store import AdminRepository, ConversationEntityMemory, Store
 
 pytestmark = pytest.mark.citus
 
@@ -86,3 +86,20 @@ def test_saves_and_recalls_send_one_command_per_statement(url: str) -> None:
     for command in saved + recall:
         assert not any(part in command for part in PLANNED_IN_PARTS), command
     assert len(queries(recall)) == 1  # the recall: one statement, one command
+
+
+def test_an_import_of_many_rows_sends_no_intermediate_result(url: str) -> None:
+    with Store(url) as source:
+        with ConversationEntityMemory(
+            llm=KeywordLLM(MANY), session_id="acme", store=source
+        ) as memory:
+            memory.save_context({"input": " and ".join(MANY)}, {"output": "a long list"})
+        records = list(AdminRepository(source).export_session("acme"))
+    with Store(url) as store:  # a new process's store: no save has run in it
+        commands = RemoteCommands(store)
+        counts = AdminRepository(store).import_session("copy", records)
+        sent = commands.taken()
+    assert counts["entities"] == len(MANY)
+    assert sent
+    for command in sent:
+        assert not any(part in command for part in PLANNED_IN_PARTS), command

@@ -25,7 +25,8 @@ from .common import Context, json_option, plural, print_text
 def distribute(obj: Context, dry_run: bool, as_json: bool) -> None:
     """Distribute the tables by session_id with Citus (needs the citus extension). The dry
     run prints the statements and exits 1 if anything blocks them. --json prints
-    {"dry_run", "ran", "statements", "already_distributed", "blockers"}."""
+    {"dry_run", "ran", "statements", "already_distributed", "blockers"}; a run that is
+    blocked changes nothing and is refused in one line (the dry run lists every blocker)."""
     from ..db import distribution
 
     if dry_run:

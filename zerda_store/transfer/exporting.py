@@ -35,7 +35,9 @@ def export_session(
     Ids are the source database's and serve only as references between records.
 
     Under a retention policy, what the memory's reads hide at this moment is left out
-    (unless ``include_expired``): see :class:`_Shown`."""
+    (unless ``include_expired``): see :class:`_Shown`. What is shown is read just before
+    the snapshot, in a read of its own, so a prune between the two may leave an entity
+    with fewer snippets than were counted (docs/hardening.md)."""
     shown = None if include_expired else _Shown.of(store, session_id)
     with_ledger = (
         sa.select(

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Dialect
 from ..db.driver import compile_statement
 from ..db.engine import Store
 from ..db.schema import entities, turns
+from ..db.sharding import distributed
 from ..db.sql import session_param
 from ..db.unit_of_work import SessionLock, Transaction
 from ..errors import SessionNotEmptyError
@@ -95,7 +96,10 @@ class Importer:
             self._turn_statements.contexts,
             self._turn_statements.outcomes,
         )
+        routed = distributed(self.store)  # Citus: VALUES only, each routed whole
         for insert in inserts:
+            if routed:
+                insert.route()
             insert.compile_all()
         exists = self._statements.session_exists
         identity = self.store.statements(IdentityStatements)
