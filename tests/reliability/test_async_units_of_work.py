@@ -324,8 +324,10 @@ async def test_a_save_cancelled_while_its_commit_runs_reports_it_stored(
         task = asyncio.ensure_future(
             memory.asave_context({"input": "Sarah"}, {"output": "ok"}, idempotency_key="m1")
         )
-        while not committing.is_set():
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while not committing.is_set() and time.monotonic() < deadline and not task.done():
             await asyncio.sleep(0.001)
+        assert committing.is_set(), "the save's COMMIT never ran"
         task.cancel()
         await asyncio.sleep(0.01)
         go_on.set()
@@ -368,6 +370,41 @@ async def test_a_save_cancelled_while_its_one_trip_pipeline_runs_reports_it_stor
         with pytest.raises(CommitOutcomeUnknownError, match="stored"):
             await task
     assert _stored_keys(postgres_url, "piped") == {"p1"}
+
+
+@pytest.mark.asyncio
+@pytest.mark.postgres
+async def test_a_save_cancelled_while_it_decides_on_one_trip_is_not_stored(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Postgres: before a save is sent as one pipeline it may read (whether the tables are
+    distributed, once a store); a cancellation that arrives then still stops it."""
+    deciding, go_on = threading.Event(), threading.Event()
+
+    async with Store(postgres_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="early")
+        await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
+        decide = repository.Repository.one_trip_save
+
+        def slow_decision(self: Any, *args: Any) -> Any:
+            deciding.set()
+            go_on.wait(HANG_GUARD_SECONDS)
+            return decide(self, *args)
+
+        monkeypatch.setattr(repository.Repository, "one_trip_save", slow_decision)
+        task = asyncio.ensure_future(
+            memory.asave_context({"input": "Sarah again"}, {"output": "ok"}, idempotency_key="e1")
+        )
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while not deciding.is_set() and time.monotonic() < deadline and not task.done():
+            await asyncio.sleep(0.001)
+        assert deciding.is_set(), "the save did not decide on one trip"
+        task.cancel()
+        await asyncio.sleep(0.01)
+        go_on.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert _stored_keys(postgres_url, "early") == set()
 
 
 # -- more calls than the pool serves --------------------------------------------------------

@@ -251,7 +251,7 @@ class Store:
 
     async def awrite_in_one_trip(
         self,
-        first: Callable[[], tuple[bool, T]],
+        first: Callable[[Callable[[], None]], tuple[bool, T]],
         then: Callable[[], tuple[Callable[[Transaction], T], SessionLock]],
     ) -> T:
         """:meth:`awrite` of a write ``first()`` sends whole (if it wrote nothing,

@@ -93,7 +93,7 @@ class AsyncPart:
 
     async def write_in_one_trip(
         self,
-        first: Callable[[], tuple[bool, T]],
+        first: Callable[[Callable[[], None]], tuple[bool, T]],
         then: Callable[[], tuple[Callable[[Transaction], T], SessionLock]],
     ) -> T:
         """A write tried whole first, on a database thread

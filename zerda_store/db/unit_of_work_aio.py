@@ -113,13 +113,15 @@ async def write(
 async def write_in_one_trip(
     store: Database,
     threads: AsyncThreads,
-    first: Callable[[], tuple[bool, T]],
+    first: Callable[[Callable[[], None]], tuple[bool, T]],
     then: Callable[[], tuple[Callable[[Transaction], T], SessionLock]],
 ) -> T:
     """A write sent whole by ``first`` (a Postgres pipeline whose answer is its commit:
     once sent, a cancellation cannot stop it), and only when that wrote nothing (it
     returns ``(False, _)``), the unit of work ``then`` builds, as :func:`write` runs it;
-    both on one database thread, one hop."""
+    both on one database thread, one hop. ``first`` gets the check to run right before it
+    sends (what it does before, such as reading whether one trip fits, a cancellation
+    still stops)."""
     job = Job(asyncio.get_running_loop())
     before_commit = _before_commit(job)
 
@@ -127,8 +129,7 @@ async def write_in_one_trip(
         return lambda transaction: work(_GuardedTransaction(transaction, job))
 
     def run() -> T:
-        before_commit()
-        done, value = first()
+        done, value = first(before_commit)
         if done:
             return value
         job.committing = False  # nothing was written

@@ -37,9 +37,13 @@ class AsyncRepository:
         if self.store.dialect != "postgresql":
             return await self.store.awrite(*repository.save_turn_work(session_id, turn))
 
-        def first() -> tuple[bool, int | None]:  # on the thread: it may read (once a store)
+        def first(before_send: Callable[[], None]) -> tuple[bool, int | None]:
+            # On the thread: deciding whether one trip fits may read (once a store).
             one_trip = repository.one_trip_save(session_id, turn)
-            return (False, None) if one_trip is None else one_trip()
+            if one_trip is None:
+                return False, None
+            before_send()  # a cancellation until here stops the save
+            return one_trip()
 
         return await self.store.awrite_in_one_trip(
             first, lambda: repository.save_turn_work(session_id, turn)
