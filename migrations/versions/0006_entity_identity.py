@@ -223,6 +223,40 @@ ONLINE_DDL = "online_ddl"
 SESSION_LOCK = "SELECT pg_advisory_xact_lock(2053468787, hashtext(%(session_id)s))"
 NOT_NULL_CHECK = "ck_entities_core_key_rekeyed"
 CORE_KEY_INDEX = "ix_entities_session_id_core_key"
+# A session's re-keying raced by a save of the previous release is run again, this often.
+REKEY_TRIES = 3
+UNIQUE_VIOLATION = "23505"
+
+
+def _rekey_committed(
+    bind: sa.Connection, rekeying: Any, session_id: str, assume_normalized: Any
+) -> Any:
+    """Re-key one session in a transaction of its own, holding the session's lock. A save
+    of the previous release (which takes no such lock) may commit a key between the
+    re-keying's reads and its update, a unique violation: the session is rolled back and
+    re-keyed again from the start (``REKEY_TRIES`` times in all)."""
+    for attempt in range(1, REKEY_TRIES + 1):
+        bind.exec_driver_sql("BEGIN")
+        try:
+            bind.exec_driver_sql(SESSION_LOCK, {"session_id": session_id})
+            outcome = rekeying.rekey_session(
+                bind, session_id, time.time(), assume_normalized=assume_normalized
+            )
+        except sa.exc.IntegrityError as exc:
+            bind.exec_driver_sql("ROLLBACK")
+            if attempt == REKEY_TRIES or getattr(exc.orig, "sqlstate", None) != UNIQUE_VIOLATION:
+                raise
+            logger.warning(
+                "session %r: a save committed a key while it was re-keyed; re-keying it again",
+                session_id,
+            )
+            continue
+        except BaseException:
+            bind.exec_driver_sql("ROLLBACK")
+            raise
+        bind.exec_driver_sql("COMMIT")
+        return outcome
+    raise AssertionError("unreachable")
 
 
 def _upgrade_online() -> None:
@@ -245,16 +279,7 @@ def _upgrade_online() -> None:
         bind = op.get_bind()
         rekeying = _frozen("rekeying")
         for session_id in rekeying.pending_sessions(bind):
-            bind.exec_driver_sql("BEGIN")
-            try:
-                bind.exec_driver_sql(SESSION_LOCK, {"session_id": session_id})
-                outcome = rekeying.rekey_session(
-                    bind, session_id, time.time(), assume_normalized=assume_normalized
-                )
-            except BaseException:
-                bind.exec_driver_sql("ROLLBACK")
-                raise
-            bind.exec_driver_sql("COMMIT")
+            outcome = _rekey_committed(bind, rekeying, session_id, assume_normalized)
             _report([outcome])  # as it is committed: a later stop loses none of the report
     if columns.get("core_key", {"nullable": True})["nullable"]:
         op.execute(f"ALTER TABLE entities DROP CONSTRAINT IF EXISTS {NOT_NULL_CHECK}")

@@ -8,6 +8,7 @@ library it uses, so that ``zerda-store --help`` starts quickly.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -24,7 +25,7 @@ from .common import (
     session_option,
     when,
 )
-from .db import contract, distribute, print_upgrade, rekey
+from .db import contract, distribute, print_rekeyed, print_upgrade, rekey
 from .extraction import models, reextract
 from .identity import alias, merge, merges, similar, unmerge
 from .retention import prune, retention
@@ -120,7 +121,13 @@ def db_upgrade(
     from ..db import migrate
 
     assumed = True if assume_all_normalized else set(normalized)
-    report = migrate.upgrade(obj.store, revision, assume_normalized=assumed)
+    report: list[dict[str, Any]] = []
+    try:
+        migrate.upgrade(obj.store, revision, assume_normalized=assumed, report=report)
+    except BaseException:
+        if report:  # committed before the failure: the merges made and how to undo them
+            print_rekeyed(report, as_json, interrupted=True)
+        raise
     print_upgrade(report, migrate.current_revision(obj.store), as_json)
 
 

@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from ..errors import SchemaNotCurrentError
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 # Where a revision puts what it did to the data, for `zerda-store db upgrade` to print.
 UPGRADE_REPORT = "upgrade_report"
 ASSUME_NORMALIZED = "assume_normalized"
+# The revision an interrupted online 0006 leaves recorded (its work is committed as it goes).
+INTERRUPTED_IDENTITY_AT = "0005"
 
 
 def migrations_dir() -> Path:
@@ -90,6 +92,8 @@ def downgrade_steps(store: Store, revision: str) -> list[tuple[str, str]]:
     from alembic.script import ScriptDirectory
 
     current = require_store_database(store)
+    with store.connect() as connection:
+        refuse_interrupted_identity(connection, current)
     script = ScriptDirectory.from_config(alembic_config())
     walked = list(script.walk_revisions(base="base", head=current))
     if revision.startswith("-") and revision[1:].isdigit():
@@ -126,6 +130,7 @@ def upgrade(
     revision: str = "head",
     *,
     assume_normalized: bool | Collection[str] = False,
+    report: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Upgrade the schema (one process at a time; the others then find nothing to do).
 
@@ -138,9 +143,12 @@ def upgrade(
     each ``merge_id``, ``kept`` and ``merged``), for the operator to read and undo.
     ``assume_normalized``: the sessions (True: every one) whose records do not tell how
     their keys were made (revision 0006) were written with ``normalize_names=True``, so
-    they are re-keyed; the others such are kept exact.
+    they are re-keyed; the others such are kept exact. ``report``: the list to fill, which
+    holds what was committed when the upgrade fails (on Postgres each session's re-keying
+    is committed as it goes; on SQLite the whole upgrade is rolled back: empty).
     """
-    report: list[dict[str, Any]] = []
+    if report is None:
+        report = []
     store.check_writable()
     found = survey(store)
     if found.revision is None:
@@ -157,7 +165,12 @@ def upgrade(
         config.attributes[ASSUME_NORMALIZED] = (
             assume_normalized if isinstance(assume_normalized, bool) else set(assume_normalized)
         )
-        command.upgrade(config, revision)
+        try:
+            command.upgrade(config, revision)
+        except BaseException:
+            if store.dialect != "postgresql":
+                report.clear()
+            raise
     return report
 
 
@@ -232,7 +245,27 @@ def downgrade(store: Store, revision: str) -> None:
     from alembic import command
 
     with locked_connection(store) as connection:
+        from alembic.runtime.migration import MigrationContext
+
+        refuse_interrupted_identity(
+            connection, MigrationContext.configure(connection).get_current_revision()
+        )
         command.downgrade(alembic_config(connection), revision)
+
+
+def refuse_interrupted_identity(connection: Connection, current: str | None) -> None:
+    """Refuse a downgrade of a database that an interrupted online revision 0006 left at
+    0005 with some of its work committed (its tables, ``entities.core_key``, sessions
+    re-keyed and merged): 0005's downgrade would leave all that to the older version."""
+    if current != INTERRUPTED_IDENTITY_AT:
+        return
+    inspector = inspect(connection)
+    columns = {column["name"] for column in inspector.get_columns("entities")}
+    if inspector.has_table("entity_aliases") or "core_key" in columns:
+        raise SchemaNotCurrentError(
+            "revision 0006 was interrupted: run `zerda-store db upgrade` to finish it, "
+            "then downgrade"
+        )
 
 
 def check(store: Store) -> None:
