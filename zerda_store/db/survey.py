@@ -72,6 +72,12 @@ def _survey(store: Store) -> Survey:
     with store.connect() as connection:
         from alembic.runtime.migration import MigrationContext
 
+        if store.dialect == "postgresql":
+            # Every read below from one snapshot: a deploy job that commits a revision
+            # meanwhile is seen whole (its tables with their revision) or not at all.
+            connection = connection.execution_options(isolation_level="REPEATABLE READ")
+            connection.begin()
+
         heads = MigrationContext.configure(connection).get_current_heads()
         revision = ",".join(heads) if heads else None
         tables = sorted(sa.inspect(connection).get_table_names())
