@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from zerda_store.model.records import EntityRecord, Mention, NewTurn, SessionStats
+from zerda_store.model.records import Mention, NewTurn, SessionStats
 
 
 class KeywordLLM:
@@ -223,7 +223,7 @@ class FakeRepository:
 
     def recall(
         self, session_id: str, mentions: list[Mention], limit: int, visible: Any = None
-    ) -> list[tuple[EntityRecord, list[str]]]:
+    ) -> list[tuple[str, list[str]]]:
         self.recalls.append((session_id, [m.key for m in mentions], limit, visible))
         recalled = []
         for mention in mentions:
@@ -232,8 +232,7 @@ class FakeRepository:
                 for saved_in, turn in self.turns
                 if saved_in == session_id and mention.key in {m.key for m in turn.mentions}
             ]
-            record = EntityRecord(1, mention.name, mention.key, mention.entity_type, 0.0, 0.0)
-            recalled.append((record, snippets[-limit:]))
+            recalled.append((mention.name, snippets[-limit:]))
         return recalled
 
     def stats(self, session_id: str, visible: Any = None) -> SessionStats:

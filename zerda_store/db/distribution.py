@@ -21,6 +21,7 @@ from ..errors import SchemaNotCurrentError, StoreError
 from . import migrate
 from .engine import Store
 from .migration_lock import locked_connection
+from .sharding import citus_version, distributed_tables
 from .survey import upgrade_command
 
 DISTRIBUTION_COLUMN = "session_id"
@@ -140,42 +141,8 @@ def statements(done: frozenset[str] = frozenset()) -> list[str]:
     return calls
 
 
-# Citus's own catalog: how each table of the current schema is distributed (if at all).
-_DISTRIBUTED = sa.text(
-    """
-    SELECT c.relname AS "table", p.partmethod AS method, p.repmodel AS replication,
-           CASE WHEN p.partmethod = 'h'
-                THEN column_to_column_name(p.logicalrelid, p.partkey) END AS column_name
-    FROM pg_dist_partition p
-    JOIN pg_class c ON c.oid = p.logicalrelid
-    WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
-    """
-)
-_HAS_CATALOG = sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
-
-
-def distributed(connection: Connection) -> dict[str, str]:
-    """The tables Citus distributes already, each with how: ``"by session_id"`` (or another
-    column), ``"reference"``, or ``"local"`` (added to Citus's metadata, not spread)."""
-    if not connection.execute(_HAS_CATALOG).scalar():
-        return {}
-    found = {}
-    for row in connection.execute(_DISTRIBUTED):
-        if row.method == "h":
-            found[row.table] = f"by {row.column_name}"
-        else:
-            found[row.table] = "reference" if row.replication == "t" else "local"
-    return found
-
-
 def _as_planned(table: str) -> str:
     return "reference" if table in REFERENCE_TABLES else f"by {DISTRIBUTION_COLUMN}"
-
-
-def citus_version(connection: Connection) -> str | None:
-    """The version of the citus extension in the database, None if it is not installed."""
-    query = sa.text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")
-    return connection.execute(query).scalar()
 
 
 @dataclass(frozen=True)
@@ -208,7 +175,7 @@ def plan(store: Store) -> Plan:
         blockers += [
             f"{v} (see the README, Running on Citus)" for v in sorted(violations(connection))
         ]
-        found = distributed(connection) if installed else {}
+        found = distributed_tables(connection) if installed else {}
     ours = (*REFERENCE_TABLES, *DISTRIBUTED_TABLES)
     done = [table for table in ours if found.get(table) == _as_planned(table)]
     blockers += [

@@ -61,6 +61,11 @@ class CompiledStatement:
         object.__setattr__(self, "_template", template)
         object.__setattr__(self, "_slots", slots)
 
+    @property
+    def made_reader(self) -> RowReader | None:
+        """:meth:`reader`, once made (the statement has returned rows before)."""
+        return self._reader
+
     def reader(self, dialect: Dialect, description: Sequence[Any]) -> RowReader:
         """How to turn the driver's rows into named rows (made at the first execution,
         when the driver has said the columns' types)."""
@@ -92,6 +97,12 @@ def compile_statement(statement: ClauseElement, dialect: Dialect) -> CompiledSta
     sql = str(compiled)
     if "POSTCOMPILE" in sql:
         raise ValueError("expanding parameters cannot be compiled once: " + sql)
+    if dialect.paramstyle == "pyformat":
+        # psycopg's %b sends a parameter in binary: an array goes several times faster
+        # than in text format, which escapes each element with a regular expression.
+        for name, bind in compiled.binds.items():
+            if isinstance(bind.type, postgresql.ARRAY):
+                sql = sql.replace(f"%({name})s", f"%({name})b")
     processors = []
     for name, bind in compiled.binds.items():
         process = bind.type.dialect_impl(dialect).bind_processor(dialect)
@@ -170,7 +181,20 @@ def unnested_rows(table: Table, columns: Sequence[str], shared: Sequence[str] = 
     return select(*selected).order_by(rows.c.ordinality)
 
 
-class ColumnsStatement:
+class _MadeFrom:
+    """A statement that runs a compiled one with parameters of its own making."""
+
+    def __init__(self, compiled: CompiledStatement) -> None:
+        self.sql = compiled.sql
+        self._compiled = compiled
+        self.reader = compiled.reader
+
+    @property
+    def made_reader(self) -> RowReader | None:
+        return self._compiled.made_reader
+
+
+class ColumnsStatement(_MadeFrom):
     """A statement made with :func:`unnested_rows`; its parameters come from row
     mappings, one list per column (one value for a shared column)."""
 
@@ -181,16 +205,9 @@ class ColumnsStatement:
         columns: Sequence[str],
         shared: Sequence[str] = (),
     ):
-        # psycopg's %b sends a parameter in binary: arrays of text go about 4× faster than
-        # in text format, which escapes every element.
-        sql = compiled.sql
+        super().__init__(compiled)  # its arrays go in binary (:func:`compile_statement`)
         self._columns = tuple(column for column in columns if column not in shared)
         self._shared = tuple(shared)
-        for column in self._columns:
-            sql = sql.replace(f"%({column})s", f"%({column})b")
-        self.sql = sql
-        self._compiled = compiled
-        self.reader = compiled.reader
         # psycopg refuses a list that mixes ints and floats: numbers take their column's type.
         self._numbers: dict[str, type] = {}
         for column in self._columns:
@@ -228,15 +245,13 @@ def _row_name(row: int, column: str) -> str:
     return f"r{row}_{column}"
 
 
-class RowsStatement:
+class RowsStatement(_MadeFrom):
     """A multi-row statement made with :func:`row_placeholders`; its parameters come
     from row mappings. Where the placeholders are positional and in row order (SQLite),
     the rows are flattened straight into them, the hot path's cheapest form."""
 
     def __init__(self, compiled: CompiledStatement, columns: Sequence[str], count: int):
-        self.sql = compiled.sql
-        self._compiled = compiled
-        self.reader = compiled.reader
+        super().__init__(compiled)
         self._columns = tuple(columns)
         self._names = [{column: _row_name(i, column) for column in columns} for i in range(count)]
         in_row_order = tuple(name for names in self._names for name in names.values())
@@ -284,7 +299,22 @@ class Runnable(Protocol):
 
     def parameters(self, values: Any) -> Any: ...
 
+    @property
+    def made_reader(self) -> RowReader | None: ...
+
     def reader(self, dialect: Dialect, description: Sequence[Any]) -> RowReader: ...
+
+
+def named_rows(dialect: Dialect, statement: Runnable, cursor: Any) -> list[Any]:
+    """The rows ``statement`` returned on the driver's ``cursor``, named (none for a
+    statement without rows)."""
+    reader = statement.made_reader
+    if reader is not None:  # it returned rows before: no description (psycopg makes one
+        return reader(cursor.fetchall())  # anew each time it is asked)
+    description = cursor.description
+    if description is None:
+        return []
+    return statement.reader(dialect, description)(cursor.fetchall())
 
 
 class Cursor:
@@ -301,10 +331,7 @@ class Cursor:
         named rows it returns (none for a statement without rows)."""
         cursor = self._cursor
         self._dialect.do_execute(cursor, statement.sql, statement.parameters(values), None)
-        description = cursor.description
-        if description is None:
-            return []
-        return statement.reader(self._dialect, description)(cursor.fetchall())
+        return named_rows(self._dialect, statement, cursor)
 
     def execute_count(self, statement: Runnable, values: Any) -> int:
         """Run a statement that returns no rows; how many rows it changed."""

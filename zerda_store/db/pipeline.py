@@ -18,7 +18,7 @@ import select
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .driver import Runnable
+from .driver import Runnable, named_rows
 from .failures import retryable_write
 from .unit_of_work import _give_back, _with_retries, driver_failure
 
@@ -83,10 +83,9 @@ def _attempt(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
                 # was queued): without it the server rolls the statements back.
                 driver_connection.pgconn.finish()
                 raise
-        statement, last = steps[-1][0], cursors[-1]
-        rows = [] if last.description is None else last.fetchall()
+        rows = named_rows(dialect, steps[-1][0], cursors[-1])
         clean = True
-        return statement.reader(dialect, last.description)(rows) if rows else []
+        return rows
     except dialect.loaded_dbapi.Error as orig:
         last_cursor = cursors[-1] if cursors else None
         # Once the pipeline is on its way, its answer is the commit's.

@@ -6,19 +6,51 @@ database the one-statement save (:mod:`turns.single_trip`) costs several hops, m
 its statements sent one by one, each routed to the session's shard. The save path asks
 here which to use. Read at the first save of a store's life: a database distributed while
 a server runs takes the one-by-one form at the server's next start (both forms are
-correct on either)."""
+correct on either).
+
+The catalog look-ups live here, not in :mod:`db.distribution`, which ``db distribute``
+uses: that module loads the migration machinery, which the save path must not."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 
 from .engine import Store
 
-_CITUS = sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
-_TURNS_DISTRIBUTED = sa.text(
-    "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'turns'::regclass)"
+_HAS_CATALOG = sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
+# Citus's own catalog: how each table of the current schema is distributed (if at all).
+_DISTRIBUTED = sa.text(
+    """
+    SELECT c.relname AS "table", p.partmethod AS method, p.repmodel AS replication,
+           CASE WHEN p.partmethod = 'h'
+                THEN column_to_column_name(p.logicalrelid, p.partkey) END AS column_name
+    FROM pg_dist_partition p
+    JOIN pg_class c ON c.oid = p.logicalrelid
+    WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+    """
 )
+_CITUS_VERSION = sa.text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")
+
+
+def citus_version(connection: Connection) -> str | None:
+    """The version of the citus extension in the database, None if it is not installed."""
+    return connection.execute(_CITUS_VERSION).scalar()
+
+
+def distributed_tables(connection: Connection) -> dict[str, str]:
+    """The tables of the current schema Citus distributes, each with how: ``"by
+    session_id"`` (or another column), ``"reference"``, or ``"local"`` (added to Citus's
+    metadata, not spread). Empty on a database without Citus's catalog."""
+    if not connection.execute(_HAS_CATALOG).scalar():
+        return {}
+    found = {}
+    for row in connection.execute(_DISTRIBUTED):
+        if row.method == "h":
+            found[row.table] = f"by {row.column_name}"
+        else:
+            found[row.table] = "reference" if row.replication == "t" else "local"
+    return found
 
 
 class Sharding:
@@ -33,8 +65,5 @@ def distributed(store: Store) -> bool:
     sharding = store.statements(Sharding)
     if sharding.distributed is None:
         with store.connect() as connection:
-            found = bool(connection.execute(_CITUS).scalar()) and bool(
-                connection.execute(_TURNS_DISTRIBUTED).scalar()
-            )
-        sharding.distributed = found
+            sharding.distributed = "turns" in distributed_tables(connection)
     return sharding.distributed

@@ -299,10 +299,10 @@ class MemoryCore:
             outcome(result),
         )
 
-    def _variables(self, recalled: list[tuple[EntityRecord, list[str]]]) -> dict[str, Any]:
+    def _variables(self, recalled: list[tuple[str, list[str]]]) -> dict[str, Any]:
         blocks = [
-            self.entity_info_template.format(name=entity.name) + "\n" + "\n".join(snippets)
-            for entity, snippets in recalled
+            self.entity_info_template.format(name=name) + "\n" + "\n".join(snippets)
+            for name, snippets in recalled
             if snippets
         ]
         return {self.memory_key: "\n\n".join(blocks)}

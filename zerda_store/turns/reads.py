@@ -90,10 +90,10 @@ class Reads(TurnHistory):
         mentions: Sequence[Mention],
         limit: int,
         visible: Visibility | None = None,
-    ) -> list[tuple[EntityRecord, list[str]]]:
-        """The entities the mentions name that have snippets, in the order of the mentions,
-        each with its last ``limit`` snippets (oldest first). The mentions are resolved
-        (aliases, titled forms) in the statement that reads the snippets, with no
+    ) -> list[tuple[str, list[str]]]:
+        """The entities the mentions name that have snippets, in the order of the mentions:
+        each one's name with its last ``limit`` snippets (oldest first). The mentions are
+        resolved (aliases, titled forms) in the statement that reads the snippets, with no
         transaction around it (:mod:`resolving_recall`)."""
         rows, unique = self.store.read(self.recall_work(session_id, mentions, limit, visible))
         return recalled(rows, unique, visible)

@@ -56,7 +56,7 @@ class AsyncRepository:
 
     async def recall(
         self, session_id: str, mentions: Sequence[Mention], limit: int, visible: Visibility | None
-    ) -> list[tuple[EntityRecord, list[str]]]:
+    ) -> list[tuple[str, list[str]]]:
         """:meth:`Repository.recall`, awaited."""
         work = self._repository.recall_work(session_id, mentions, limit, visible)
         rows, unique = await self._short_read(work)

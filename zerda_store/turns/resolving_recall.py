@@ -24,7 +24,7 @@ from ..db.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, entity_aliases
 from ..identity.statements import candidates_select
 from ..model.records import Mention
-from .statements import ENTITY_SELECT, _recall_lateral
+from .statements import _recall_lateral, recalled_entity
 
 
 class CandidateRow(NamedTuple):
@@ -71,7 +71,7 @@ def _recall_by_keys(aged: bool, keyed: Any) -> Any:
     age = (contexts.c.created_at,) if aged else ()
     return (
         sa.select(
-            *ENTITY_SELECT,
+            *recalled_entity(aged),
             contexts.c.text,
             contexts.c.turn_seq,
             contexts.c.id.label("context_id"),
@@ -94,10 +94,7 @@ def _resolving_recall(dialect: Dialect, aged: bool) -> Any:
         snippets = _recall_by_keys(aged, keyed)
     snippets = snippets.add_columns(sa.null().cast(entities.c.core_key.type).label("core_key"))
     nothing = {
-        "id": entities.c.id.type,
         "entity_type": entities.c.entity_type.type,
-        "first_seen": entities.c.first_seen.type,
-        "last_seen": entities.c.last_seen.type,
         "turn_seq": contexts.c.turn_seq.type,
         "context_id": contexts.c.id.type,
         "created_at": contexts.c.created_at.type,

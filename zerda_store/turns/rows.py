@@ -148,25 +148,33 @@ def pending_turn(row: Any) -> PendingTurn:
 
 def recalled(
     rows: list[Any], unique: list[str], visible: Visibility | None
-) -> list[tuple[EntityRecord, list[str]]]:
-    """Recall rows grouped by entity, in the order of the keys, snippets oldest first;
-    under a policy, only the snippets that show."""
+) -> list[tuple[str, list[str]]]:
+    """Recall rows grouped by entity, in the order of the keys: each entity's name with its
+    snippets oldest first; under a policy, only the snippets that show."""
     if visible is not None:
         rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
-    position = {key: i for i, key in enumerate(unique)}
-    rows.sort(key=lambda row: (position[row.name_key], row.turn_seq, row.context_id))
-    grouped: dict[str, tuple[EntityRecord, list[str]]] = {}
+    grouped: dict[str, list[Any]] = {}
     for row in rows:
-        entry = grouped.get(row.name_key)
-        if entry is None:
-            entry = grouped[row.name_key] = (entity_record(row), [])
-        entry[1].append(row.text)
-    if visible is not None:
-        return [
-            (entity, newest(texts, visible.keep_last(entity.entity_type)))
-            for entity, texts in grouped.values()
-        ]
-    return list(grouped.values())
+        group = grouped.get(row.name_key)
+        if group is None:
+            grouped[row.name_key] = [row]
+        else:
+            group.append(row)
+    found = []
+    for key in unique:
+        group = grouped.get(key)
+        if group is None:
+            continue
+        group.sort(key=_saved_order)
+        texts = [row.text for row in group]
+        if visible is not None:
+            texts = newest(texts, visible.keep_last(group[0].entity_type))
+        found.append((group[0].name, texts))
+    return found
+
+
+def _saved_order(row: Any) -> tuple[int, int]:
+    return row.turn_seq, row.context_id
 
 
 def newest(items: list[T], keep: int | None) -> list[T]:

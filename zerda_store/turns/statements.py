@@ -59,6 +59,14 @@ ENTITY_SELECT = (
 )
 
 
+def recalled_entity(aged: bool) -> tuple[Any, ...]:
+    """What a recall row carries of its entity: the name the memory string shows and the
+    key it is grouped by, and under a policy the type its cutoff depends on. No more: on
+    SQLite every column of a row costs the driver a value to make (seven fewer columns
+    made a three-entity recall's statement a quarter quicker)."""
+    return (entities.c.name, entities.c.name_key, *((entities.c.entity_type,) if aged else ()))
+
+
 def _recall_each_key(count: int, aged: bool = False, marked: bool = False) -> Any:
     """SQLite: the newest ``:limit`` snippets of the session's entities keyed ``:key_0`` …,
     one ``UNION ALL`` part per key: the entity by its unique index, its snippets read
@@ -69,7 +77,7 @@ def _recall_each_key(count: int, aged: bool = False, marked: bool = False) -> An
     own core names (:func:`identity.statements.resolution_possible`)."""
     age = (contexts.c.created_at,) if aged else ()
     columns = (
-        *ENTITY_SELECT,
+        *recalled_entity(aged),
         contexts.c.text,
         contexts.c.turn_seq,
         contexts.c.id.label("context_id"),
@@ -120,7 +128,7 @@ def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
         .lateral("newest")
     )
     selected = sa.select(
-        *ENTITY_SELECT,
+        *recalled_entity(aged),
         newest.c.text,
         newest.c.turn_seq,
         newest.c.context_id,
