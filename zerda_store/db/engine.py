@@ -278,16 +278,19 @@ class Store:
         """How many database threads run the async calls' units of work."""
         return self._aio.async_pool_size
 
-    def borrow(self) -> Any:
+    def borrow(self, *, idle_only: bool = False) -> Any:
         """A driver connection for one attempt of a unit of work: one that an earlier unit
-        gave back, else one from the pool. No liveness ping: a unit of work meets a dead
-        connection at its first statement and runs again."""
+        gave back, else one from the pool (``idle_only``: else None, as the pool's checkout
+        may connect, which an event loop must not wait for). No liveness ping: a unit of
+        work meets a dead connection at its first statement and runs again."""
         if not self.closed:
             connection, stale = self._kept.take()
-            if connection is not None:
+            if connection is not None or idle_only:
                 return connection
             if stale:  # out of the pool again, with its recycling and liveness ping
                 return self._checked_out(self.engine.raw_connection, ping=True)
+        if idle_only:
+            return None
         return self._checked_out(self.engine.raw_connection, ping=False)
 
     def give_back(self, connection: Any, *, reusable: bool) -> None:

@@ -44,14 +44,14 @@ def _open_connection(store: Store) -> Any:
     """A pooled connection whose server has not closed it while it sat idle."""
     for _ in range(_LIVE_ATTEMPTS):
         connection = store.borrow()
-        if not _closed_by_server(connection.dbapi_connection):
+        if not closed_by_server(connection.dbapi_connection):
             return connection
         connection.invalidate()
         store.drop_connections()
     return store.borrow()
 
 
-def _closed_by_server(driver_connection: Any) -> bool:
+def closed_by_server(driver_connection: Any) -> bool:
     """An idle connection never has anything to read, unless the server has closed it
     (a terminated backend sends its reason, then the end of the stream)."""
     try:

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
@@ -78,6 +78,10 @@ class Transaction:
         """Run ``statement``; the named rows it returns (none without RETURNING)."""
         return self._cursor.execute(statement, {} if values is None else values)
 
+    def run_all(self, batches: Sequence[tuple[Runnable, Any]]) -> list[Any]:
+        """Run each statement with its values; the rows of all of them, in order."""
+        return [row for statement, values in batches for row in self.run(statement, values)]
+
     def count(self, statement: Runnable, values: Any = None) -> int:
         """Run a statement that returns no rows; how many rows it changed."""
         return self._cursor.execute_count(statement, {} if values is None else values)
@@ -85,6 +89,26 @@ class Transaction:
     def run_many(self, statement: Runnable, values: Sequence[Any]) -> int:
         """Run a statement that returns no rows once per values; how many rows it changed."""
         return self._cursor.execute_many(statement, values) if values else 0
+
+
+class OneStatement(Generic[T]):
+    """A read of one statement and what to make of its rows (``statement`` None: nothing
+    to read, ``then([])``). A unit of work like any other; the async path sends it from
+    the event loop itself on Postgres (:mod:`loop_reads`)."""
+
+    __slots__ = ("statement", "then", "values")
+
+    def __init__(
+        self, statement: Runnable | None, values: Any, then: Callable[[list[Any]], T]
+    ) -> None:
+        self.statement = statement
+        self.values = values
+        self.then = then
+
+    def __call__(self, transaction: Transaction) -> T:
+        if self.statement is None:
+            return self.then([])
+        return self.then(transaction.run(self.statement, self.values))
 
 
 def write(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..db.engine import Store
-from ..db.unit_of_work import Transaction
+from ..db.unit_of_work import OneStatement, Transaction
 from ..identity.resolution import Resolver
 from ..identity.statements import IdentityStatements
 from ..model.names import FOLD_V1, KEY_RULES, KeyRules
@@ -45,10 +45,9 @@ class Reads(TurnHistory):
     def has_turn(self, session_id: str, idempotency_key: str) -> bool:
         return bool(self.store.read(self.has_turn_work(session_id, idempotency_key)))
 
-    def has_turn_work(self, session_id: str, idempotency_key: str) -> Callable[[Transaction], Any]:
+    def has_turn_work(self, session_id: str, idempotency_key: str) -> OneStatement[list[Any]]:
         values = {"session_id": session_id, "idempotency_key": idempotency_key}
-        statement = self._queries.turn_by_key
-        return lambda transaction: transaction.run(statement, values)
+        return OneStatement(self._queries.turn_by_key, values, list)
 
     def find_entity(
         self, session_id: str, mention: Mention, visible: Visibility | None = None
@@ -105,42 +104,43 @@ class Reads(TurnHistory):
         limit: int,
         visible: Visibility | None,
     ) -> Callable[[Transaction], tuple[list[Any], list[str]]]:
-        """The recall's snippet rows and the keys recalled, in order (:func:`recalled`
-        makes them the result). Postgres: one statement resolves and reads. SQLite: the
-        own keys with the session's mark (``resolution_possible``), then, only if a key
-        names no entity with snippets and resolution could find it another (a titled
-        mention, or a marked session), the resolving statement."""
+        """The recall's snippet rows and the keys recalled, in order (for :func:`recalled`).
+        Postgres: one statement (:class:`OneStatement`) resolves and reads. SQLite: the own
+        keys with the session's mark (``resolution_possible``), then the resolving statement
+        if a key names no entity and resolution could find one (titled, or marked)."""
         resolver = self._resolver
         aged = visible is not None
         own = list(dict.fromkeys(m.key for m in mentions))
-        first = []
         if resolver is None or self.store.dialect == "sqlite":
             first = self._statements.recall_batches(
                 session_id, own, limit, aged=aged, marked=resolver is not None
             )
+        if resolver is None:
+            if len(first) > 1:
+                return lambda transaction: (transaction.run_all(first), own)
+            statement, values = first[0] if first else (None, None)
+            return OneStatement(statement, values, lambda rows: (rows, own))
         resolving = self._resolving.statement(aged)
+        values = ResolvingRecall.values(session_id, mentions, limit) if mentions else None
+
+        def resolved(rows: list[Any]) -> tuple[list[Any], list[str]]:
+            rows, candidates = split_rows(rows)
+            targets = resolver.targets_among(candidates, mentions)
+            keys = (targets[m.key].key if m.key in targets else m.key for m in mentions)
+            wanted = dict.fromkeys(keys)  # in order, once each
+            return [row for row in rows if row.name_key in wanted], list(wanted)
+
+        if self.store.dialect != "sqlite":
+            return OneStatement(resolving if mentions else None, values, resolved)
         titled = any(m.key != m.core_key for m in mentions)
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
-            rows = [
-                row for statement, values in first for row in transaction.run(statement, values)
-            ]
-            if resolver is None:
+            rows, possible = marked_rows(transaction.run_all(first))
+            if not (possible or titled) or {row.name_key for row in rows} >= set(own):
                 return rows, own
-            if first:
-                rows, possible = marked_rows(rows)
-                if not (possible or titled) or {row.name_key for row in rows} >= set(own):
-                    return rows, own
             if not mentions:
                 return [], []
-            values = ResolvingRecall.values(session_id, mentions, limit)
-            rows, candidates = split_rows(transaction.run(resolving, values))
-            targets = resolver.targets_among(candidates, mentions)
-            unique = list(
-                dict.fromkeys(targets[m.key].key if m.key in targets else m.key for m in mentions)
-            )
-            wanted = set(unique)
-            return [row for row in rows if row.name_key in wanted], unique
+            return resolved(transaction.run(resolving, values))
 
         return work
 

@@ -5,7 +5,9 @@ store's database threads (:meth:`Store.awrite`, :meth:`Store.aread`).
 On SQLite the two reads of a turn (the recall and the idempotency key's check) run on the
 event loop itself: each is one or two indexed statements on a local file, tens of
 microseconds of CPU, less than the hand-off to a thread and back costs (two thread
-wake-ups); every other read, and every write, goes to a database thread.
+wake-ups). On Postgres they are one statement each, sent from the event loop on an idle
+connection, the loop serving other requests while the server answers
+(:mod:`db.loop_reads`). Every other read, and every write, goes to a database thread.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ..db import loop_reads
+from ..db.unit_of_work import OneStatement
 from ..model.records import EntityRecord, Mention, NewTurn, SessionStats
 from ..retention.policy import Visibility
 from .repository import Repository
@@ -64,9 +68,12 @@ class AsyncRepository:
 
     async def _short_read(self, work: Callable[[Any], T]) -> T:
         """A read of a statement or two: on SQLite run here, on the event loop (see the
-        module); on a database thread elsewhere."""
+        module); on Postgres one statement is sent from the event loop (:mod:`loop_reads`),
+        anything else goes to a database thread."""
         if self.store.dialect == "sqlite":
             return self.store.read(work)
+        if isinstance(work, OneStatement):
+            return await loop_reads.read(self.store, work)
         return await self.store.aread(work)
 
     async def entity_details(

@@ -1,0 +1,129 @@
+"""Postgres: the async path's one-statement reads (a turn's recall, its idempotency key's
+check) are sent from the event loop on an idle connection, with no database thread; a
+connection the server closed, a driver error and a cancellation each leave the store as
+the thread path would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.doubles import AsyncKeywordLLM
+from zerda_store import ConversationEntityMemory, Store, StoreError
+from zerda_store.db import loop_reads
+from zerda_store.db.driver import compile_statement
+from zerda_store.db.unit_of_work import OneStatement
+
+pytestmark = pytest.mark.postgres
+
+PEOPLE = ["Sarah Chen", "Omar Haddad"]
+
+
+def _statement(store: Store, sql: str) -> Any:
+    return compile_statement(sa.text(sql).columns(sa.column("value")), store.engine.dialect)
+
+
+def _one(store: Store, sql: str) -> OneStatement[Any]:
+    return OneStatement(_statement(store, sql), {}, lambda rows: rows[0].value)
+
+
+class CountedThreads:
+    """Counts the units of work handed to the store's database threads."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads = 0
+        aread = store.aread
+
+        async def counted(work: Any, *, snapshot: bool = False) -> Any:
+            self.reads += 1
+            return await aread(work, snapshot=snapshot)
+
+        monkeypatch.setattr(store, "aread", counted)
+
+
+def _memory(store: Store) -> ConversationEntityMemory:
+    return ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, session_id="c1")
+
+
+def test_a_turns_reads_go_from_the_event_loop_without_a_thread(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Store(postgres_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
+        memory.save_context({"input": "Sarah Chen renewed"}, {"output": "ok"}, idempotency_key="m1")
+        threads = CountedThreads(store, monkeypatch)
+
+        async def turn() -> str:
+            memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store)
+            recalled = await memory.aload_memory_variables({"input": "How is Sarah Chen?"})
+            # A retried message: its key's check finds it, and nothing is saved again.
+            await memory.asave_context(
+                {"input": "Sarah Chen renewed"}, {"output": "ok"}, idempotency_key="m1"
+            )
+            return str(recalled["entity_info"])
+
+        shown = asyncio.run(turn())
+
+    assert shown == "Previous information about Sarah Chen:\nSarah Chen renewed ok"
+    assert threads.reads == 0
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced(
+    postgres_url: str, postgres_admin: sa.Engine
+) -> None:
+    with Store(postgres_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
+        memory.save_context({"input": "Omar Haddad called"}, {"output": "ok"})
+        database = sa.make_url(postgres_url).database
+        with postgres_admin.connect() as admin:
+            ended = admin.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity, pg_terminate_backend(pid) "
+                    "WHERE datname = :database AND pid <> pg_backend_pid()"
+                ),
+                {"database": database},
+            ).scalar_one()
+        assert ended >= 1
+
+        recalled = asyncio.run(memory.aload_memory_variables({"input": "Omar Haddad?"}))
+
+    assert recalled["entity_info"].endswith("Omar Haddad called ok")
+
+
+def test_a_driver_error_is_raised_as_the_thread_path_raises_it(postgres_url: str) -> None:
+    with Store(postgres_url) as store:
+        work = _one(store, "SELECT 1 / 0 AS value")
+        with pytest.raises(StoreError) as on_thread:
+            store.read(work)
+        store.read(_one(store, "SELECT 1 AS value"))  # a connection left idle
+
+        with pytest.raises(StoreError) as on_loop:
+            asyncio.run(loop_reads.read(store, work))
+
+        assert type(on_loop.value) is type(on_thread.value)
+        assert str(on_loop.value) == str(on_thread.value)
+        assert asyncio.run(loop_reads.read(store, _one(store, "SELECT 2 AS value"))) == 2
+
+
+def test_a_cancelled_read_drops_its_connection(postgres_url: str) -> None:
+    with Store(postgres_url) as store:
+        pid = _one(store, "SELECT pg_backend_pid() AS value")
+        first = store.read(pid)  # the one connection, left idle
+
+        async def cancelled() -> None:
+            task = asyncio.create_task(
+                loop_reads.read(store, _one(store, "SELECT pg_sleep(30) IS NULL AS value"))
+            )
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancelled())
+        after = asyncio.run(loop_reads.read(store, pid))
+
+    assert after != first
