@@ -48,7 +48,9 @@ async def read(store: Store, work: OneStatement[T]) -> T:
     dialect = store.engine.dialect
     rows: list[Any] | None = None
     try:
-        if not closed_by_server(driver_connection):
+        if closed_by_server(driver_connection):
+            connection.invalidate()
+        else:
             rows = await _rows(wait, driver_connection, dialect, statement, work.values)
     except dialect.loaded_dbapi.Error as exc:
         connection.invalidate(exc)
