@@ -45,10 +45,6 @@ class CountedThreads:
         monkeypatch.setattr(store, "aread", counted)
 
 
-def _memory(store: Store) -> ConversationEntityMemory:
-    return ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, session_id="c1")
-
-
 def test_a_turns_reads_go_from_the_event_loop_without_a_thread(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
