@@ -12,9 +12,10 @@ import functools
 import inspect
 import logging
 import re
+import string
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -87,7 +88,7 @@ class LLMExtractor:
         self.prompt = prompt
 
     def extract(self, text: str) -> list[ExtractedEntity]:
-        response = self.llm.generate(self.prompt.format(text=text), max_tokens=100)
+        response = self.llm.generate(_filled(self.prompt)(text), max_tokens=100)
         return _entities_in(response, "generate")
 
     @property
@@ -97,10 +98,32 @@ class LLMExtractor:
 
     async def aextract(self, text: str) -> list[ExtractedEntity]:
         """:meth:`extract` through ``llm.agenerate(prompt, max_tokens=100)``."""
-        response = self.llm.agenerate(self.prompt.format(text=text), max_tokens=100)
+        response = self.llm.agenerate(_filled(self.prompt)(text), max_tokens=100)
         if inspect.isawaitable(response):
             response = await response
         return _entities_in(response, "agenerate")
+
+
+@functools.lru_cache(maxsize=64)
+def _filled(prompt: str) -> Callable[[str], str]:
+    """``prompt.format(text=…)``, made once per prompt: where every field is a plain
+    ``{text}`` (the default prompt's two are), the prompt's literal parts joined by the text,
+    without parsing the template again on each call."""
+    parts: list[str] = []
+    current = ""
+    try:
+        for literal, field, spec, conversion in string.Formatter().parse(prompt):
+            current += literal  # an escaped brace ends a literal part with no field
+            if field is None:
+                continue
+            if field != "text" or spec or conversion:
+                return lambda text: prompt.format(text=text)
+            parts.append(current)
+            current = ""
+    except ValueError:  # not a valid template: format says so on each call
+        return lambda text: prompt.format(text=text)
+    parts.append(current)
+    return lambda text: text.join(parts)
 
 
 def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
@@ -109,7 +132,7 @@ def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
     or fewer."""
     if not isinstance(response, str):
         raise TypeError(f"llm.{method} returned {type(response).__name__}, expected str")
-    fragments = (part.strip() for part in response.replace("،", ",").split(","))
+    fragments = map(str.strip, response.replace("،", ",").split(","))
     return [ExtractedEntity(part) for part in fragments if len(part) > 2]
 
 
@@ -295,7 +318,7 @@ class ExtractionService:
             entities = _coerce(found)
         except Exception as exc:
             return self._failed(name, exc, started)
-        kept = tuple(entity for entity in entities if self._acceptable(entity))
+        kept = tuple(filter(self._acceptable, entities))
         return ExtractionResult(kept, name, "ok", None, time.perf_counter() - started)
 
     def _failed(self, name: str, exc: Exception, started: float) -> ExtractionResult:

@@ -10,11 +10,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import psycopg
 
-from zerda_store.db.driver import (
+from zerda_store.db.driver import compile_statement
+from zerda_store.db.multirow import (
     RowsStatement,
     compile_columns,
     compile_rows,
-    compile_statement,
     row_placeholders,
     unnested_rows,
 )
@@ -85,7 +85,7 @@ def test_literals_fill_their_places_in_positional_parameters() -> None:
     )
     compiled = compile_statement(statement, sqlite.dialect())
 
-    assert compiled.parameters({"entity_id": 7, "limit": 3}) == [7, "skip me", 3, 0]
+    assert list(compiled.parameters({"entity_id": 7, "limit": 3})) == [7, "skip me", 3, 0]
 
 
 def test_expanding_parameters_are_refused() -> None:

@@ -34,6 +34,37 @@ def test_default_prompt_has_the_text_placeholder_twice():
     assert DEFAULT_EXTRACTION_PROMPT.count("{text}") == 2
 
 
+PROMPTS = [
+    DEFAULT_EXTRACTION_PROMPT,
+    "{text}",
+    "find: {text} in {text}.",
+    "braces {{kept}} {text} {{",
+    "no field at all {{}}",
+    "",
+    "{text!r}",
+    "{text:>9}",
+    "{0}",
+    "{other} {text}",
+    "{",
+    "}",
+    "{ text}",
+]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("text", ["Sarah at Acme", "", "{x} }{", "أحمد، شركة النور"])
+def test_the_prompt_is_filled_as_str_format_fills_it(prompt, text):
+    llm = RecordingLLM("Sarah")
+    try:
+        expected = prompt.format(text=text)
+    except (ValueError, KeyError, IndexError) as exc:
+        with pytest.raises(type(exc)):
+            LLMExtractor(llm, prompt).extract(text)
+        return
+    LLMExtractor(llm, prompt).extract(text)
+    assert llm.calls == [(expected, 100)]
+
+
 def test_blank_text_is_skipped_without_calling_the_model():
     llm = RecordingLLM("Sarah")
     result = ExtractionService(LLMExtractor(llm)).extract("  \n ")

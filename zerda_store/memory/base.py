@@ -261,13 +261,21 @@ class MemoryCore:
         """One mention per entity, in extraction order: the first form of the name, and
         the first type known for it."""
         mentions: dict[str, Mention] = {}
+        rules = self.key_rules
         for entity in result.entities:
-            first = mentions.get(self.key_rules.key(entity.name))
-            if first and first.entity_type != UNKNOWN_TYPE:
-                continue
-            mention = self._mention(first.name if first else entity.name, entity.entity_type)
-            if mention.key:
-                mentions[mention.key] = mention
+            identity = identify(entity.name, rules)
+            first = mentions.get(identity.key)
+            if first is None:
+                if identity.key:
+                    mentions[identity.key] = Mention(
+                        entity.name,
+                        identity.key,
+                        entity.entity_type,
+                        identity.core,
+                        identity.markers,
+                    )
+            elif first.entity_type == UNKNOWN_TYPE:
+                mentions[identity.key] = first._replace(entity_type=entity.entity_type)
         return list(mentions.values())
 
     def _mention(self, name: str, entity_type: str = UNKNOWN_TYPE) -> Mention:

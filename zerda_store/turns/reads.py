@@ -98,11 +98,7 @@ class Reads(TurnHistory):
         return recalled(rows, unique, visible)
 
     def recall_work(
-        self,
-        session_id: str,
-        mentions: Sequence[Mention],
-        limit: int,
-        visible: Visibility | None,
+        self, session_id: str, mentions: Sequence[Mention], limit: int, visible: Visibility | None
     ) -> Callable[[Transaction], tuple[list[Any], list[str]]]:
         """The recall's snippet rows and the keys recalled, in order (for :func:`recalled`).
         Postgres: one statement (:class:`OneStatement`) resolves and reads. SQLite: the own
@@ -110,7 +106,7 @@ class Reads(TurnHistory):
         if a key names no entity and resolution could find one (titled, or marked)."""
         resolver = self._resolver
         aged = visible is not None
-        own = list(dict.fromkeys(m.key for m in mentions))
+        own = list(dict.fromkeys([m.key for m in mentions]))
         if resolver is None or self.store.dialect == "sqlite":
             first = self._statements.recall_batches(
                 session_id, own, limit, aged=aged, marked=resolver is not None
@@ -121,7 +117,6 @@ class Reads(TurnHistory):
             statement, values = first[0] if first else (None, None)
             return OneStatement(statement, values, lambda rows: (rows, own))
         resolving = self._resolving.statement(aged)
-        values = ResolvingRecall.values(session_id, mentions, limit) if mentions else None
 
         def resolved(rows: list[Any]) -> tuple[list[Any], list[str]]:
             rows, candidates = split_rows(rows)
@@ -130,16 +125,21 @@ class Reads(TurnHistory):
             wanted = dict.fromkeys(keys)  # in order, once each
             return [row for row in rows if row.name_key in wanted], list(wanted)
 
+        if not mentions:
+            return OneStatement(None, None, lambda _rows: ([], []))
         if self.store.dialect != "sqlite":
-            return OneStatement(resolving if mentions else None, values, resolved)
-        titled = any(m.key != m.core_key for m in mentions)
+            values = ResolvingRecall.values(session_id, mentions, limit)
+            return OneStatement(resolving, values, resolved)
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
-            rows, possible = marked_rows(transaction.run_all(first))
-            if not (possible or titled) or {row.name_key for row in rows} >= set(own):
+            rows, possible = marked_rows(
+                transaction.run(*first[0]) if len(first) == 1 else transaction.run_all(first)
+            )
+            if not (possible or any(m.key != m.core_key for m in mentions)):
+                return rows, own  # nothing to resolve: no alias, no titled form
+            if {row.name_key for row in rows} >= set(own):
                 return rows, own
-            if not mentions:
-                return [], []
+            values = ResolvingRecall.values(session_id, mentions, limit)
             return resolved(transaction.run(resolving, values))
 
         return work

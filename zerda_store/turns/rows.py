@@ -7,6 +7,7 @@ Builders give exactly the columns :func:`schema.insert_columns` derives from the
 
 from __future__ import annotations
 
+import operator
 from typing import Any, TypeVar
 
 from ..model.records import EntityRecord, NewTurn, Outcome, PendingTurn, TurnRecord
@@ -153,28 +154,28 @@ def recalled(
     snippets oldest first; under a policy, only the snippets that show."""
     if visible is not None:
         rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
-    grouped: dict[str, list[Any]] = {}
-    for row in rows:
-        group = grouped.get(row.name_key)
+    firsts: dict[str, Any] = {}  # each entity's first row, for its name and type
+    texts: dict[str, list[str]] = {}
+    for row in sorted(rows, key=_SAVED_ORDER):
+        group = texts.get(row.name_key)
         if group is None:
-            grouped[row.name_key] = [row]
+            firsts[row.name_key] = row
+            texts[row.name_key] = [row.text]
         else:
-            group.append(row)
+            group.append(row.text)
     found = []
     for key in unique:
-        group = grouped.get(key)
+        group = texts.get(key)
         if group is None:
             continue
-        group.sort(key=_saved_order)
-        texts = [row.text for row in group]
+        first = firsts[key]
         if visible is not None:
-            texts = newest(texts, visible.keep_last(group[0].entity_type))
-        found.append((group[0].name, texts))
+            group = newest(group, visible.keep_last(first.entity_type))
+        found.append((first.name, group))
     return found
 
 
-def _saved_order(row: Any) -> tuple[int, int]:
-    return row.turn_seq, row.context_id
+_SAVED_ORDER = operator.attrgetter("turn_seq", "context_id")
 
 
 def newest(items: list[T], keep: int | None) -> list[T]:

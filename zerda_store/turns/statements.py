@@ -18,13 +18,8 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import (
-    Runnable,
-    compile_columns,
-    compile_rows,
-    row_placeholders,
-    unnested_rows,
-)
+from ..db.driver import Runnable
+from ..db.multirow import compile_columns, compile_rows, row_placeholders, unnested_rows
 from ..db.schema import contexts, entities, extractions, in_same_session, insert_columns, turns
 from ..db.sql import Statements, dialect_insert
 from ..db.unit_of_work import Transaction
@@ -339,9 +334,11 @@ class TurnStatements(Statements):
             return [(self._recall_statement(ANY_ROWS, aged), values)] if keys else []
         batches = []
         for start in range(0, len(keys), RECALL_CHUNK):
-            chunk = keys[start : start + RECALL_CHUNK]
-            values = {"session_id": session_id, "limit": limit}
-            values.update(zip(_key_names(len(chunk)), chunk, strict=True))
-            statement = self._recall_statement(len(chunk), aged, marked and not start)
+            chunk = keys if len(keys) <= RECALL_CHUNK else keys[start : start + RECALL_CHUNK]
+            values = dict(zip(_key_names(len(chunk)), chunk, strict=True))
+            values["session_id"] = session_id
+            values["limit"] = limit
+            shape = (len(chunk), aged, marked and not start)
+            statement = self._per_count.get(shape) or self._recall_statement(*shape)
             batches.append((statement, values))
         return batches
