@@ -193,6 +193,7 @@ async def test_cancelled_inside_the_transaction_leaves_no_partial_turn(
     monkeypatch.setattr(Attachment, "run", slow_run)
     # The general unit of work on Postgres too (not the one-trip pipeline).
     monkeypatch.setattr(Repository, "one_trip_save", lambda *_: None)
+    monkeypatch.setattr(Repository, "one_trip_steps", lambda *_: None)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(
             memory.asave_context({"input": "Sarah left"}, {"output": "bye"}), 0.3

@@ -169,10 +169,7 @@ async def _awaited(where: AsyncThreads, job: Job, *, write: bool) -> Any:
             raise
         job.cancelled = True
         if await _stored_anyway(job):
-            raise CancelledAfterCommitError(
-                "the call was cancelled after its COMMIT had been sent: the write is stored "
-                "(a retry with the same idempotency_key is a no-op)"
-            ) from None
+            raise cancelled_after_commit() from None
         raise
     finally:
         if timer is not None:
@@ -183,6 +180,14 @@ def _give_up(where: AsyncThreads, threads: DatabaseThreads, job: Job) -> None:
     """A job that found no thread free for ``pool_timeout`` fails without running."""
     if job.take() and not job.future.done():
         job.future.set_exception(where.threads_exhausted(threads.size))
+
+
+def cancelled_after_commit() -> CancelledAfterCommitError:
+    """What a write cancelled once its COMMIT was on its way raises, when it is stored."""
+    return CancelledAfterCommitError(
+        "the call was cancelled after its COMMIT had been sent: the write is stored "
+        "(a retry with the same idempotency_key is a no-op)"
+    )
 
 
 async def _stored_anyway(job: Job) -> bool:

@@ -12,10 +12,12 @@ same entities cannot deadlock each other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
+from ..db.driver import Runnable
 from ..db.engine import Store
 from ..db.pipeline import write_pipelined
-from ..db.sharding import distributed
+from ..db.sharding import Sharding, distributed
 from ..db.unit_of_work import SessionLock, SessionLockStatements, Transaction
 from ..identity.resolution import KnownKeyRules, check_key_rules, refuse_other_rules
 from ..model.names import KeyRules
@@ -119,18 +121,28 @@ class Repository(Reads):
         """The turn saved by one statement after the session's lock, in one pipeline:
         (True, its id, or None for an idempotency key used before); (False, None), with
         nothing written, when its names need resolution."""
+        return one_trip_outcome(write_pipelined(self.store, self._one_trip_steps(session_id, turn)))
+
+    def one_trip_steps(self, session_id: str, turn: NewTurn) -> list[tuple[Runnable, Any]] | None:
+        """The statements of the turn's one-trip save (for :func:`one_trip_outcome`) when it
+        is known without a read that it fits (the async path sends them from the event
+        loop); else None."""
+        if (
+            self._single_trip is None
+            or self._checked_rules(session_id) is not _nothing
+            or not SingleTripSave.fits(turn)
+            or self.store.statements(Sharding).distributed is not False
+        ):
+            return None
+        return self._one_trip_steps(session_id, turn)
+
+    def _one_trip_steps(self, session_id: str, turn: NewTurn) -> list[tuple[Runnable, Any]]:
         assert self._single_trip is not None
         lock = self.store.statements(SessionLockStatements).shared
-        [row] = write_pipelined(
-            self.store,
-            [
-                (lock, {"session_id": session_id}),
-                (self._single_trip.statement, SingleTripSave.values(session_id, turn)),
-            ],
-        )
-        if row.resolution_needed:
-            return False, None
-        return True, None if row.turn_id is None else int(row.turn_id)
+        return [
+            (lock, {"session_id": session_id}),
+            (self._single_trip.statement, SingleTripSave.values(session_id, turn)),
+        ]
 
     def save_turn_work(
         self, session_id: str, turn: NewTurn
@@ -213,3 +225,12 @@ class Repository(Reads):
 
 def _nothing(_transaction: Transaction, _at: float) -> None:
     return None
+
+
+def one_trip_outcome(rows: list[Any]) -> tuple[bool, int | None]:
+    """What a one-trip save's rows say: (True, the turn's id, or None for an idempotency
+    key used before), or (False, None) when its names need resolution (nothing written)."""
+    [row] = rows
+    if row.resolution_needed:
+        return False, None
+    return True, None if row.turn_id is None else int(row.turn_id)

@@ -7,7 +7,8 @@ event loop itself: each is one or two indexed statements on a local file, tens o
 microseconds of CPU, less than the hand-off to a thread and back costs (two thread
 wake-ups). On Postgres they are one statement each, sent from the event loop on an idle
 connection, the loop serving other requests while the server answers
-(:mod:`db.loop_reads`). Every other read, and every write, goes to a database thread.
+(:mod:`db.loop_reads`), and so is a save that fits one round trip (:mod:`db.loop_writes`).
+Every other read and write goes to a database thread.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..db import loop_reads
+from ..db import loop_reads, loop_writes
 from ..db.unit_of_work import OneStatement
 from ..model.records import EntityRecord, Mention, NewTurn, SessionStats
 from ..retention.policy import Visibility
-from .repository import Repository
+from .repository import Repository, one_trip_outcome
 from .rows import recalled
 
 T = TypeVar("T")
@@ -36,10 +37,20 @@ class AsyncRepository:
 
     async def save_turn(self, session_id: str, turn: NewTurn) -> int | None:
         """:meth:`Repository.save_turn`, awaited: on Postgres a turn that fits is saved in
-        one round trip, as there, on the same database thread."""
+        one round trip, as there: from the event loop when an idle connection is at hand
+        and nothing needs reading first, else on a database thread."""
         repository = self._repository
         if self.store.dialect != "postgresql":
             return await self.store.awrite(*repository.save_turn_work(session_id, turn))
+        steps = repository.one_trip_steps(session_id, turn)
+        if steps is not None:
+            self.store.check_writable()
+            rows = await loop_writes.write(self.store, steps, _stored)
+            if not isinstance(rows, loop_writes.NotSent):
+                done, turn_id = one_trip_outcome(rows)
+                if done:
+                    return turn_id
+                return await self.store.awrite(*repository.save_turn_work(session_id, turn))
 
         def first(before_send: Callable[[], None]) -> tuple[bool, int | None]:
             # On the thread: deciding whether one trip fits may read (once a store).
@@ -93,3 +104,9 @@ class AsyncRepository:
         """:meth:`Repository.stats`, awaited."""
         work = self._repository.stats_work(session_id, visible)
         return await self.store.aread(work, snapshot=visible is not None)
+
+
+def _stored(rows: list[Any]) -> bool:
+    """Whether a one-trip save's turn is stored (by it, or for an idempotency key used
+    before, by an earlier call); not when its names need resolution."""
+    return one_trip_outcome(rows)[0]

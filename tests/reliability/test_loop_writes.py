@@ -1,0 +1,211 @@
+"""Postgres: an async save that fits one round trip is sent from the event loop as one
+pipeline, with no database thread; until its sync is sent a cancellation stores nothing,
+after it the caller learns the commit's outcome, and an error the server reports sends the
+write to the thread path, as if the loop had not tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.doubles import AsyncKeywordLLM
+from zerda_store import CancelledAfterCommitError, ConversationEntityMemory, Store
+from zerda_store.db import loop_writes
+from zerda_store.db.driver import compile_statement
+
+pytestmark = pytest.mark.postgres
+
+PEOPLE = ["Sarah Chen", "Omar Haddad"]
+
+
+def _step(store: Store, sql: str, **values: Any) -> tuple[Any, dict[str, Any]]:
+    statement = sa.text(sql).bindparams(*(sa.bindparam(name, type_=sa.Integer) for name in values))
+    return compile_statement(statement.columns(sa.column("value")), store.engine.dialect), values
+
+
+def _rows(store: Store, sql: str) -> list[Any]:
+    with store.connect() as connection:
+        return [row[0] for row in connection.execute(sa.text(sql))]
+
+
+def _backend_pid(store: Store) -> int:
+    work = _step(store, "SELECT pg_backend_pid() AS value")[0]
+    return int(store.read(lambda transaction: transaction.run(work)[0].value))
+
+
+@pytest.fixture
+def probe(postgres_url: str) -> Store:
+    """A store over a database with a ``probe`` table, and one connection left idle."""
+    store = Store(postgres_url)
+    with store.connect() as connection:
+        connection.execute(sa.text("CREATE TABLE probe (id int)"))
+        connection.commit()
+    _backend_pid(store)
+    return store
+
+
+class CountedThreads:
+    """Counts the units of work handed to the store's database threads."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        for name in ("aread", "awrite", "awrite_in_one_trip"):
+            monkeypatch.setattr(store, name, self._counted(getattr(store, name)))
+
+    def _counted(self, method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return await method(*args, **kwargs)
+
+        return counted
+
+
+def test_an_async_turn_reaches_no_database_thread(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Store(postgres_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
+        memory.save_context({"input": "Sarah Chen called"}, {"output": "ok"})  # rules checked
+        threads = CountedThreads(store, monkeypatch)
+
+        async def turns() -> str:
+            memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store)
+            await memory.asave_context(
+                {"input": "Sarah Chen renewed"}, {"output": "noted"}, idempotency_key="m1"
+            )
+            await memory.asave_context(  # a retry: stored once
+                {"input": "Sarah Chen renewed"}, {"output": "noted"}, idempotency_key="m1"
+            )
+            await memory.asave_context({"input": "Omar Haddad asked"}, {"output": "answered"})
+            recalled = await memory.aload_memory_variables({"input": "Sarah Chen and Omar Haddad?"})
+            return str(recalled["entity_info"])
+
+        shown = asyncio.run(turns())
+        stats = memory.get_memory_stats()
+
+    assert shown == (
+        "Previous information about Sarah Chen:\nSarah Chen called ok\nSarah Chen renewed noted"
+        "\n\nPrevious information about Omar Haddad:\nOmar Haddad asked answered"
+    )
+    assert stats["message_count"] == 3
+    assert threads.calls == 0
+
+
+def test_a_write_is_sent_whole_and_committed_while_the_event_loop_is_busy(
+    probe: Store, postgres_url: str
+) -> None:
+    steps = [
+        _step(probe, "INSERT INTO probe VALUES (1)"),
+        _step(probe, "SELECT pg_sleep(0.3) IS NULL AS value"),
+        _step(probe, "INSERT INTO probe VALUES (2) RETURNING id AS value"),
+    ]
+    seen: dict[str, Any] = {}
+
+    async def busy() -> Any:
+        task = asyncio.create_task(loop_writes.write(probe, steps, lambda rows: True))
+        await asyncio.sleep(0)  # the write runs until it awaits its answers
+        time.sleep(1.0)  # the loop is busy: nothing of the write runs meanwhile
+        with probe.connect() as connection:
+            seen["committed"] = connection.execute(sa.text("SELECT count(*) FROM probe")).scalar()
+            seen["idle in transaction"] = connection.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND state = 'idle in transaction'"
+                )
+            ).scalar()
+        return await task
+
+    rows = asyncio.run(busy())
+
+    assert seen == {"committed": 2, "idle in transaction": 0}
+    assert [row.value for row in rows] == [2]
+    probe.close()
+
+
+def test_a_cancelled_save_sent_nothing_or_stored_its_turn(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save's pipeline goes out before its first await: a cancellation that finds it
+    waiting for its answer gets CancelledAfterCommitError, and the turn is stored."""
+    with Store(postgres_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
+        memory.save_context({"input": "Sarah Chen called"}, {"output": "ok"})
+        answers = loop_writes._Sending.answers
+
+        async def slow_answers(self: Any, parts: Any) -> Any:
+            await asyncio.sleep(0.5)
+            return await answers(self, parts)
+
+        monkeypatch.setattr(loop_writes._Sending, "answers", slow_answers)
+
+        async def cancelled() -> None:
+            memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store)
+            task = asyncio.create_task(
+                memory.asave_context(
+                    {"input": "Omar Haddad"}, {"output": "ok"}, idempotency_key="c"
+                )
+            )
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(CancelledAfterCommitError):
+                await task
+
+        asyncio.run(cancelled())
+        monkeypatch.undo()
+
+        assert memory.get_memory_stats()["message_count"] == 2
+        assert memory.get_entity_info("Omar Haddad") is not None
+
+
+def test_a_write_cancelled_after_its_sync_reports_what_it_stored(probe: Store) -> None:
+    steps = [
+        _step(probe, "INSERT INTO probe VALUES (1)"),
+        _step(probe, "SELECT pg_sleep(0.8) IS NULL AS value"),
+    ]
+
+    async def cancelled() -> None:
+        task = asyncio.create_task(loop_writes.write(probe, steps, lambda rows: True))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(CancelledAfterCommitError):
+            await task
+
+    asyncio.run(cancelled())
+
+    assert _rows(probe, "SELECT id FROM probe") == [1]
+    probe.close()
+
+
+def test_an_error_the_server_reports_rolls_back_and_leaves_the_write_to_a_thread(
+    probe: Store,
+) -> None:
+    first = _backend_pid(probe)
+    steps = [_step(probe, "INSERT INTO probe VALUES (1)"), _step(probe, "SELECT 1 / 0 AS value")]
+
+    sent = asyncio.run(loop_writes.write(probe, steps, lambda rows: True))
+
+    assert sent is loop_writes.NOT_SENT
+    assert _rows(probe, "SELECT id FROM probe") == []
+    assert _backend_pid(probe) != first
+    probe.close()
+
+
+def test_a_write_goes_whole_and_its_connection_is_kept(probe: Store) -> None:
+    first = _backend_pid(probe)
+    steps = [
+        _step(probe, "INSERT INTO probe VALUES (:one)", one=1),
+        _step(probe, "INSERT INTO probe VALUES (2) RETURNING id AS value"),
+    ]
+
+    rows = asyncio.run(loop_writes.write(probe, steps, lambda rows: True))
+
+    assert [row.value for row in rows] == [2]  # type: ignore[union-attr]
+    assert sorted(_rows(probe, "SELECT id FROM probe")) == [1, 2]
+    assert _backend_pid(probe) == first
+    probe.close()

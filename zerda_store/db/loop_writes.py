@@ -1,0 +1,179 @@
+"""Postgres: a write of one pipeline sent from the event loop, with no database thread.
+
+The async save of a turn that fits one round trip (:mod:`pipeline`: the session's lock and
+one statement, committed together at the pipeline's sync) is sent as :mod:`loop_reads`
+sends a read: on a connection an earlier unit of work left idle, with psycopg's own
+pipeline. Without an idle connection it goes to a thread, as before.
+
+It keeps the thread path's rules:
+
+- The statements and the sync are handed to the socket together, with no await between
+  them: the transaction never waits for the event loop, however busy it is, and the server
+  commits it alone. Only the answers are awaited on the loop.
+- Once the sync is sent, its answer is the commit's. The wait for it runs to its end in a
+  task of its own; a caller cancelled meanwhile waits for it, then gets
+  :class:`CancelledAfterCommitError` if the write is stored, else the cancellation.
+- An error the server reports rolled everything back: the connection is dropped and the
+  write runs again on a thread, whose unit of work has the retries and the errors'
+  wording. A connection lost once anything was sent leaves the outcome unknown
+  (:class:`CommitOutcomeUnknownError`), as on a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .driver import Runnable, named_rows
+from .failures import LostCommit, failure, retryable_write
+from .pipeline import closed_by_server
+from .unit_of_work import _give_back, driver_failure
+from .unit_of_work_aio import cancelled_after_commit
+
+if TYPE_CHECKING:
+    from .engine import Store
+
+# How often (seconds) a wait looks up from the socket, as psycopg's async connection does.
+_WAIT_INTERVAL = 0.1
+
+
+class NotSent:
+    """What :func:`write` returns when it sent nothing from the loop (no idle connection,
+    one the server closed), or when the server reported an error (everything rolled back):
+    nothing is stored, and the caller runs the write on a thread."""
+
+
+NOT_SENT = NotSent()
+
+_Parts = tuple[Callable[..., Any], Callable[..., Awaitable[Any]], type]
+
+
+async def write(
+    store: Store,
+    steps: Sequence[tuple[Runnable, Any]],
+    stored: Callable[[list[Any]], bool],
+) -> list[Any] | NotSent:
+    """The rows the last of ``steps`` returns, the steps sent as one pipeline from the
+    event loop (see the module); :data:`NOT_SENT` if they were not. ``stored`` tells from
+    those rows whether the write stored anything (for a caller cancelled meanwhile)."""
+    parts = _pipeline_parts()
+    connection = None if parts is None else store.borrow(idle_only=True)
+    if parts is None or connection is None:
+        return NOT_SENT
+    if closed_by_server(connection.dbapi_connection):
+        connection.invalidate()
+        store.give_back(connection, reusable=False)
+        return NOT_SENT
+    prepared = [(statement, statement.parameters(values)) for statement, values in steps]
+    sending = _Sending(store, connection, prepared)
+    try:
+        sending.send_whole(parts)  # no await before the sync is sent: nothing to cancel
+    except BaseException as exc:
+        return sending.failed(exc)
+    # From here the answer is the commit's: the wait for it runs to its end in a task of
+    # its own, which a cancellation of the caller does not stop.
+    answered = asyncio.ensure_future(sending.answers(parts))
+    try:
+        return await asyncio.shield(answered)
+    except asyncio.CancelledError:
+        rows = await answered  # an unknown outcome raises
+        if not isinstance(rows, NotSent) and stored(rows):
+            raise cancelled_after_commit() from None
+        raise
+
+
+@functools.cache
+def _pipeline_parts() -> _Parts | None:
+    """psycopg's blocking wait, its wait on the event loop, and its pipeline; None for a
+    psycopg without the generators driven here."""
+    from psycopg import Cursor, Pipeline
+    from psycopg.waiting import wait, wait_async
+
+    needed = hasattr(Cursor, "_execute_gen") and all(
+        hasattr(Pipeline, name)
+        for name in ("_enter_gen", "_enqueue_sync", "_communicate_gen", "_fetch_gen", "_exit")
+    )
+    return (wait, wait_async, Pipeline) if needed else None
+
+
+class _Sending:
+    """One pipeline on one borrowed connection, from its sending to its answers."""
+
+    def __init__(
+        self, store: Store, connection: Any, steps: Sequence[tuple[Runnable, Any]]
+    ) -> None:
+        self.store = store
+        self.connection = connection
+        self.steps = steps
+        self.cursors: list[Any] = []
+        self.pipeline: Any = None
+
+    def send_whole(self, parts: _Parts) -> None:
+        """Queue the steps and the sync and hand them to the socket, with no await:
+        however busy the event loop, the server gets the transaction whole and commits it
+        alone. Only a socket whose buffer is full waits (here, a moment), as a sync
+        write would."""
+        wait, _, pipeline_type = parts
+        driver_connection = self.connection.dbapi_connection
+        socket = driver_connection.pgconn.socket
+        driver_connection.autocommit = True
+        self.pipeline = driver_connection._pipeline = pipeline_type(
+            driver_connection, _no_lock=True
+        )
+        wait(self.pipeline._enter_gen(), socket)
+        for statement, parameters in self.steps:
+            self.cursors.append(cursor := driver_connection.cursor())
+            wait(cursor._execute_gen(statement.sql, parameters), socket)
+        self.pipeline._enqueue_sync()
+        wait(self.pipeline._communicate_gen(), socket)
+
+    async def answers(self, parts: _Parts) -> list[Any] | NotSent:
+        """The statements' answers, the sync's last (the commit's), awaited on the loop."""
+        socket = self.connection.dbapi_connection.pgconn.socket
+        try:
+            await parts[1](self.pipeline._fetch_gen(flush=True), socket, interval=_WAIT_INTERVAL)
+        except BaseException as exc:
+            return self.failed(exc)
+        self._close(None)
+        rows = named_rows(self.store.engine.dialect, self.steps[-1][0], self.cursors[-1])
+        self._give_back(clean=True)
+        return rows
+
+    def failed(self, exc: BaseException) -> NotSent:
+        """After ``exc``: an error the server reported rolled the pipeline back (the thread
+        path runs it again); a connection lost once anything was sent leaves the outcome
+        unknown (:class:`CommitOutcomeUnknownError`, as the thread path says it);
+        anything else goes through."""
+        connection = self.connection
+        try:
+            self._close(exc)
+            dialect = self.store.engine.dialect
+            if not isinstance(exc, dialect.loaded_dbapi.Error):
+                raise exc
+            last = self.cursors[-1] if self.cursors else None
+            error = driver_failure(self.store, connection, exc, last, committing=True)
+            if isinstance(error, LostCommit):
+                raised = failure(self.store, error, 1, retryable_write)
+                assert raised is not None
+                raise raised from raised.__cause__
+            return NOT_SENT
+        finally:
+            if connection.is_valid:
+                connection.invalidate()
+            self._give_back(clean=False)
+
+    def _close(self, exc: BaseException | None) -> None:
+        driver_connection = self.connection.dbapi_connection
+        pipeline, self.pipeline = self.pipeline, None
+        try:
+            if pipeline is not None:
+                pipeline._exit(exc)
+        finally:
+            driver_connection._pipeline = None
+
+    def _give_back(self, *, clean: bool) -> None:
+        for cursor in self.cursors:
+            cursor.close()
+        _give_back(self.store, self.connection, None, True, clean)
