@@ -7,6 +7,7 @@ the thread path would.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -123,3 +124,31 @@ def test_a_cancelled_read_drops_its_connection(postgres_url: str) -> None:
         after = asyncio.run(loop_reads.read(store, pid))
 
     assert after != first
+
+
+def test_a_wave_of_reads_finds_as_many_idle_connections_as_the_pool_keeps(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service's requests come in waves: a store keeps idle up to its pool's size of
+    connections, so that a wave of reads goes from the event loop, not to threads."""
+    wave = 8
+    with Store(postgres_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
+        memory.save_context({"input": "Sarah Chen renewed"}, {"output": "ok"})
+
+        async def turns() -> list[str]:
+            # ``wave`` connections at once on the database threads, then all left idle.
+            await asyncio.gather(*(store.aread(lambda _: time.sleep(0.3)) for _ in range(wave)))
+            threads = CountedThreads(store, monkeypatch)
+            memories = [
+                ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store) for _ in range(wave)
+            ]
+            recalled = await asyncio.gather(
+                *(m.aload_memory_variables({"input": "Sarah Chen?"}) for m in memories)
+            )
+            assert threads.reads == 0
+            return [str(r["entity_info"]) for r in recalled]
+
+        shown = asyncio.run(turns())
+
+    assert set(shown) == {"Previous information about Sarah Chen:\nSarah Chen renewed ok"}
