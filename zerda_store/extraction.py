@@ -12,15 +12,15 @@ import functools
 import inspect
 import logging
 import re
-import string
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .model.names import MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
+from .model.templates import filler
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class LLMExtractor:
         self.prompt = prompt
 
     def extract(self, text: str) -> list[ExtractedEntity]:
-        response = self.llm.generate(_filled(self.prompt)(text), max_tokens=100)
+        response = self.llm.generate(filler(self.prompt)(text), max_tokens=100)
         return _entities_in(response, "generate")
 
     @property
@@ -98,32 +98,10 @@ class LLMExtractor:
 
     async def aextract(self, text: str) -> list[ExtractedEntity]:
         """:meth:`extract` through ``llm.agenerate(prompt, max_tokens=100)``."""
-        response = self.llm.agenerate(_filled(self.prompt)(text), max_tokens=100)
+        response = self.llm.agenerate(filler(self.prompt)(text), max_tokens=100)
         if inspect.isawaitable(response):
             response = await response
         return _entities_in(response, "agenerate")
-
-
-@functools.lru_cache(maxsize=64)
-def _filled(prompt: str) -> Callable[[str], str]:
-    """``prompt.format(text=…)``, made once per prompt: where every field is a plain
-    ``{text}`` (the default prompt's two are), the prompt's literal parts joined by the text,
-    without parsing the template again on each call."""
-    parts: list[str] = []
-    current = ""
-    try:
-        for literal, field, spec, conversion in string.Formatter().parse(prompt):
-            current += literal  # an escaped brace ends a literal part with no field
-            if field is None:
-                continue
-            if field != "text" or spec or conversion:
-                return lambda text: prompt.format(text=text)
-            parts.append(current)
-            current = ""
-    except ValueError:  # not a valid template: format says so on each call
-        return lambda text: prompt.format(text=text)
-    parts.append(current)
-    return lambda text: text.join(parts)
 
 
 def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
@@ -247,15 +225,20 @@ def _label(name: str) -> str:
     return _storable(name)
 
 
+# A CRM's assistant meets the same few thousand names again and again.
+_acceptable_name = functools.lru_cache(maxsize=16384)(is_acceptable_name)
+
+
 def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[ExtractedEntity]:
     """Entities from what an extractor returned; types are clipped to what the table holds."""
     entities = []
     for item in items:
-        if isinstance(item, str):
-            item = ExtractedEntity(item)
-        elif not isinstance(item, ExtractedEntity):
-            name, entity_type = item
-            item = ExtractedEntity(name, entity_type or UNKNOWN_TYPE)
+        if type(item) is not ExtractedEntity:  # the LLM path's entities pass straight on
+            if isinstance(item, str):
+                item = ExtractedEntity(item)
+            elif not isinstance(item, ExtractedEntity):
+                name, entity_type = item
+                item = ExtractedEntity(name, entity_type or UNKNOWN_TYPE)
         if not isinstance(item.name, str) or not isinstance(item.entity_type, str):
             raise TypeError(f"an extractor returned {item!r}: names and types must be str")
         if item.entity_type != UNKNOWN_TYPE:
@@ -341,7 +324,7 @@ class ExtractionService:
 
     @staticmethod
     def _acceptable(entity: ExtractedEntity) -> bool:
-        if is_acceptable_name(entity.name):
+        if _acceptable_name(entity.name):
             return True
         logger.warning(
             "skipped an entity name of %d characters: too long or holds control characters",

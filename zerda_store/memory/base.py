@@ -34,6 +34,7 @@ from ..identity.repository import IdentityRepository
 from ..identity.rules import identify
 from ..model.names import UNKNOWN_TYPE, KeyRules, key_rules_for
 from ..model.records import EntityRecord, Mention, NewTurn, Outcome, SessionStats, turn_text
+from ..model.templates import filler
 from ..retention.policies import Policies, PolicyCache
 from ..retention.policy import Visibility
 from ..retention.pruning import Pruner
@@ -167,6 +168,7 @@ class MemoryCore:
         )
         self.entity_info_template = entity_info_template or default_entity_info_template(lang)
         self._extractor = extractor
+        self._llm_extractor: LLMExtractor | None = None  # made for self.llm and the prompt
         self._clock = clock
         self._extraction = ExtractionService(extractor)
         if parts is None:
@@ -246,9 +248,12 @@ class MemoryCore:
     def _current_extractor(self) -> Extractor:
         if self._extractor is not None:
             return self._extractor
-        if self.llm:
-            return LLMExtractor(self.llm, self.entity_extraction_prompt)
-        return StanzaExtractor.shared(self.lang)
+        if not self.llm:
+            return StanzaExtractor.shared(self.lang)
+        made, prompt = self._llm_extractor, self.entity_extraction_prompt
+        if made is None or made.llm is not self.llm or made.prompt != prompt:
+            made = self._llm_extractor = LLMExtractor(self.llm, prompt)
+        return made
 
     def _extract(self, text: str) -> ExtractionResult:
         return self._extraction.extract(text, self._current_extractor())
@@ -308,10 +313,9 @@ class MemoryCore:
         )
 
     def _variables(self, recalled: list[tuple[str, list[str]]]) -> dict[str, Any]:
+        heading = filler(self.entity_info_template, "name")
         blocks = [
-            self.entity_info_template.format(name=name) + "\n" + "\n".join(snippets)
-            for name, snippets in recalled
-            if snippets
+            heading(name) + "\n" + "\n".join(snippets) for name, snippets in recalled if snippets
         ]
         return {self.memory_key: "\n\n".join(blocks)}
 
