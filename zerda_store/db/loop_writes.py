@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -91,9 +92,13 @@ def _pipeline_parts() -> _Parts | None:
     from psycopg import Cursor, Pipeline
     from psycopg.waiting import wait, wait_async
 
-    needed = hasattr(Cursor, "_execute_gen") and all(
-        hasattr(Pipeline, name)
-        for name in ("_enter_gen", "_enqueue_sync", "_communicate_gen", "_fetch_gen", "_exit")
+    needed = (
+        hasattr(Cursor, "_execute_gen")
+        and all(
+            hasattr(Pipeline, name)
+            for name in ("_enter_gen", "_enqueue_sync", "_communicate_gen", "_fetch_gen", "_exit")
+        )
+        and "_no_lock" in inspect.signature(Pipeline).parameters
     )
     return (wait, wait_async, Pipeline) if needed else None
 
