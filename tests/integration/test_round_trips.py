@@ -191,8 +191,9 @@ def test_a_titled_mention_joins_and_the_bare_name_stays_one_round_trip(
 def test_an_async_save_is_one_round_trip_as_the_sync_one(
     traced: tuple[ConversationEntityMemory, ProtocolTrace],
 ) -> None:
-    """The async save sends the same pipeline, on a database thread; a turn whose names
-    join another entity falls back to the general unit of work on that thread."""
+    """The async save sends the same pipeline (from the event loop, or on a database
+    thread); a turn whose names join another entity falls back to the general unit of
+    work on a thread."""
     memory, trace = traced
 
     async def saves() -> list[int]:

@@ -15,9 +15,17 @@ import pytest
 import sqlalchemy as sa
 
 from tests.doubles import AsyncKeywordLLM
-from zerda_store import CancelledAfterCommitError, ConversationEntityMemory, Store
+from zerda_store import (
+    CancelledAfterCommitError,
+    ConversationEntityMemory,
+    LockTimeoutError,
+    Store,
+    StoreError,
+)
 from zerda_store.db import loop_writes
 from zerda_store.db.driver import compile_statement
+from zerda_store.db.pipeline import write_pipelined
+from zerda_store.db.unit_of_work import SESSION_LOCK_NAMESPACE
 
 pytestmark = pytest.mark.postgres
 
@@ -100,8 +108,11 @@ def test_an_async_turn_reaches_no_database_thread(
 def test_a_write_is_sent_whole_and_committed_while_the_event_loop_is_busy(
     probe: Store, postgres_url: str
 ) -> None:
+    # A parameter larger than the socket's buffer: libpq holds what the socket did not take.
+    large = sa.text("SELECT length(:text) AS value").bindparams(sa.bindparam("text", type_=sa.Text))
     steps = [
         _step(probe, "INSERT INTO probe VALUES (1)"),
+        (compile_statement(large, probe.engine.dialect), {"text": "x" * 30_000_000}),
         _step(probe, "SELECT pg_sleep(0.3) IS NULL AS value"),
         _step(probe, "INSERT INTO probe VALUES (2) RETURNING id AS value"),
     ]
@@ -110,7 +121,7 @@ def test_a_write_is_sent_whole_and_committed_while_the_event_loop_is_busy(
     async def busy() -> Any:
         task = asyncio.create_task(loop_writes.write(probe, steps, lambda rows: True))
         await asyncio.sleep(0)  # the write runs until it awaits its answers
-        time.sleep(1.0)  # the loop is busy: nothing of the write runs meanwhile
+        time.sleep(2.0)  # the loop is busy: nothing of the write runs meanwhile
         with probe.connect() as connection:
             seen["committed"] = connection.execute(sa.text("SELECT count(*) FROM probe")).scalar()
             seen["idle in transaction"] = connection.execute(
@@ -153,6 +164,8 @@ def test_a_cancelled_save_sent_nothing_or_stored_its_turn(
             )
             await asyncio.sleep(0.2)
             task.cancel()
+            await asyncio.sleep(0.1)
+            task.cancel()  # a second cancellation does not stop the wait for the commit
             with pytest.raises(CancelledAfterCommitError):
                 await task
 
@@ -182,18 +195,47 @@ def test_a_write_cancelled_after_its_sync_reports_what_it_stored(probe: Store) -
     probe.close()
 
 
-def test_an_error_the_server_reports_rolls_back_and_leaves_the_write_to_a_thread(
+def test_an_error_the_server_reports_rolls_back_and_is_raised_as_on_a_thread(
     probe: Store,
 ) -> None:
-    first = _backend_pid(probe)
     steps = [_step(probe, "INSERT INTO probe VALUES (1)"), _step(probe, "SELECT 1 / 0 AS value")]
+    with pytest.raises(StoreError) as on_thread:
+        write_pipelined(probe, steps)
+    first = _backend_pid(probe)
 
-    sent = asyncio.run(loop_writes.write(probe, steps, lambda rows: True))
+    with pytest.raises(StoreError) as on_loop:
+        asyncio.run(loop_writes.write(probe, steps, lambda rows: True))
 
-    assert sent is loop_writes.NOT_SENT
+    assert type(on_loop.value) is type(on_thread.value)
+    assert str(on_loop.value) == str(on_thread.value)
     assert _rows(probe, "SELECT id FROM probe") == []
-    assert _backend_pid(probe) != first
+    assert _backend_pid(probe) != first  # the connection was dropped
     probe.close()
+
+
+def test_a_save_that_times_out_on_its_lock_is_not_run_again_on_a_thread(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error that another attempt would meet again is raised from the event loop's
+    attempt: the save waits for its lock once, not once more on a thread."""
+    with Store(postgres_url, lock_timeout=0.5) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
+        memory.save_context({"input": "Sarah Chen called"}, {"output": "ok"})
+        threads = CountedThreads(store, monkeypatch)
+        lock = sa.text("SELECT pg_advisory_lock(:namespace, hashtext(:session))")
+        with store.connect() as holder:
+            values = {"namespace": SESSION_LOCK_NAMESPACE, "session": memory.session_id}
+            holder.execute(lock, values)  # held exclusively: a save's shared lock waits
+
+            async def save() -> None:
+                memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store)
+                await memory.asave_context({"input": "Omar Haddad"}, {"output": "ok"})
+
+            with pytest.raises(LockTimeoutError):
+                asyncio.run(save())
+            holder.rollback()
+        assert threads.calls == 0
+        assert memory.get_memory_stats()["message_count"] == 1
 
 
 def test_a_write_goes_whole_and_its_connection_is_kept(probe: Store) -> None:

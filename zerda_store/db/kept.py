@@ -1,8 +1,10 @@
 """Driver connections kept between units of work, outside the pool: a unit of work that
 left no transaction open gives its connection back here, and the next one takes it without
-the pool's checkin, reset and checkout (a fifth of a recall's time on SQLite). The pool's
-others stay free for SQLAlchemy's own connections. A forked child never uses, closes or
-returns its parent's."""
+the pool's checkin, reset and checkout (a fifth of a recall's time on SQLite). Kept ones
+count as checked out of the pool: a SQLite store keeps 4, so the pool's others stay free
+for SQLAlchemy's own connections; a Postgres store keeps up to the pool's size, and
+SQLAlchemy's own connections (rare: migrations, the Citus check) then come from its
+overflow. A forked child never uses, closes or returns its parent's."""
 
 from __future__ import annotations
 

@@ -13,10 +13,11 @@ It keeps the thread path's rules:
 - Once the sync is sent, its answer is the commit's. The wait for it runs to its end in a
   task of its own; a caller cancelled meanwhile waits for it, then gets
   :class:`CancelledAfterCommitError` if the write is stored, else the cancellation.
-- An error the server reports rolled everything back: the connection is dropped and the
-  write runs again on a thread, whose unit of work has the retries and the errors'
-  wording. A connection lost once anything was sent leaves the outcome unknown
-  (:class:`CommitOutcomeUnknownError`), as on a thread.
+- An error the server reports rolled everything back, and the connection is dropped. One
+  worth another attempt (a deadlock, a serialization failure) leaves the write to a
+  thread, whose unit of work has the retries; any other is raised as the thread path
+  words it (a lock timeout waited once, not twice). A connection lost once anything was
+  sent leaves the outcome unknown (:class:`CommitOutcomeUnknownError`), as on a thread.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..errors import CommitOutcomeUnknownError
 from .driver import Runnable, named_rows
-from .failures import LostCommit, failure, retryable_write
+from .failures import failure, retryable_write
 from .pipeline import closed_by_server
 from .unit_of_work import _give_back, driver_failure
 from .unit_of_work_aio import cancelled_after_commit
@@ -48,7 +50,7 @@ class NotSent:
 
 NOT_SENT = NotSent()
 
-_Parts = tuple[Callable[..., Any], Callable[..., Awaitable[Any]], type]
+_Parts = tuple[Callable[..., Any], Callable[..., Awaitable[Any]], Callable[..., Any], type]
 
 
 async def write(
@@ -60,47 +62,67 @@ async def write(
     event loop (see the module); :data:`NOT_SENT` if they were not. ``stored`` tells from
     those rows whether the write stored anything (for a caller cancelled meanwhile)."""
     parts = _pipeline_parts()
-    connection = None if parts is None else store.borrow(idle_only=True)
-    if parts is None or connection is None:
+    if parts is None:
+        return NOT_SENT
+    prepared = [(statement, statement.parameters(values)) for statement, values in steps]
+    connection = store.borrow(idle_only=True)
+    if connection is None:
         return NOT_SENT
     if closed_by_server(connection.dbapi_connection):
         connection.invalidate()
         store.give_back(connection, reusable=False)
         return NOT_SENT
-    prepared = [(statement, statement.parameters(values)) for statement, values in steps]
     sending = _Sending(store, connection, prepared)
     try:
         sending.send_whole(parts)  # no await before the sync is sent: nothing to cancel
     except BaseException as exc:
         return sending.failed(exc)
     # From here the answer is the commit's: the wait for it runs to its end in a task of
-    # its own, which a cancellation of the caller does not stop.
+    # its own, which no cancellation of the caller stops.
     answered = asyncio.ensure_future(sending.answers(parts))
     try:
         return await asyncio.shield(answered)
-    except asyncio.CancelledError:
-        rows = await answered  # an unknown outcome raises
+    except asyncio.CancelledError as cancelled:
+        try:
+            rows = await _outcome(answered)
+        except CommitOutcomeUnknownError:
+            raise
+        except Exception:  # it failed: rolled back
+            raise cancelled from None
         if not isinstance(rows, NotSent) and stored(rows):
             raise cancelled_after_commit() from None
         raise
 
 
+async def _outcome(answered: asyncio.Future[Any]) -> Any:
+    """What ``answered`` gives, waited for through every further cancellation."""
+    while not answered.done():
+        try:
+            await asyncio.shield(answered)
+        except asyncio.CancelledError:
+            continue
+        except Exception:
+            break
+    return answered.result()
+
+
 @functools.cache
 def _pipeline_parts() -> _Parts | None:
-    """psycopg's blocking wait, its wait on the event loop, and its pipeline; None for a
-    psycopg without the generators driven here."""
-    from psycopg import Cursor, Pipeline
+    """psycopg's blocking wait, its wait on the event loop, its generator that sends what
+    libpq holds, and its pipeline; None for a psycopg without what is driven here."""
+    from psycopg import Cursor, Pipeline, generators
     from psycopg.waiting import wait, wait_async
 
     needed = (
         hasattr(Cursor, "_execute_gen")
+        and hasattr(generators, "send")
         and all(
             hasattr(Pipeline, name)
             for name in ("_enter_gen", "_enqueue_sync", "_communicate_gen", "_fetch_gen", "_exit")
         )
         and "_no_lock" in inspect.signature(Pipeline).parameters
     )
-    return (wait, wait_async, Pipeline) if needed else None
+    return (wait, wait_async, generators.send, Pipeline) if needed else None
 
 
 class _Sending:
@@ -116,23 +138,24 @@ class _Sending:
         self.pipeline: Any = None
 
     def send_whole(self, parts: _Parts) -> None:
-        """Queue the steps and the sync and hand them to the socket, with no await:
+        """Queue the steps and the sync and hand them all to the socket, with no await:
         however busy the event loop, the server gets the transaction whole and commits it
-        alone. Only a socket whose buffer is full waits (here, a moment), as a sync
-        write would."""
-        wait, _, pipeline_type = parts
+        alone. Only a socket whose buffer is full waits (here, as a sync write would)."""
+        wait, _, send, pipeline_type = parts
         driver_connection = self.connection.dbapi_connection
         socket = driver_connection.pgconn.socket
         driver_connection.autocommit = True
         self.pipeline = driver_connection._pipeline = pipeline_type(
             driver_connection, _no_lock=True
         )
-        wait(self.pipeline._enter_gen(), socket)
+        wait(self.pipeline._enter_gen(), socket, interval=_WAIT_INTERVAL)
         for statement, parameters in self.steps:
             self.cursors.append(cursor := driver_connection.cursor())
-            wait(cursor._execute_gen(statement.sql, parameters), socket)
+            wait(cursor._execute_gen(statement.sql, parameters), socket, interval=_WAIT_INTERVAL)
         self.pipeline._enqueue_sync()
-        wait(self.pipeline._communicate_gen(), socket)
+        wait(self.pipeline._communicate_gen(), socket, interval=_WAIT_INTERVAL)
+        # What libpq still holds (a large turn: the socket took part of it) goes too.
+        wait(send(driver_connection.pgconn), socket, interval=_WAIT_INTERVAL)
 
     async def answers(self, parts: _Parts) -> list[Any] | NotSent:
         """The statements' answers, the sync's last (the commit's), awaited on the loop."""
@@ -141,16 +164,23 @@ class _Sending:
             await parts[1](self.pipeline._fetch_gen(flush=True), socket, interval=_WAIT_INTERVAL)
         except BaseException as exc:
             return self.failed(exc)
-        self._close(None)
-        rows = named_rows(self.store.engine.dialect, self.steps[-1][0], self.cursors[-1])
-        self._give_back(clean=True)
-        return rows
+        clean = True
+        try:
+            self._close(None)
+        except Exception:  # committed all the same (the sync's answer came)
+            self.connection.invalidate()
+            clean = False
+        try:
+            return named_rows(self.store.engine.dialect, self.steps[-1][0], self.cursors[-1])
+        finally:
+            self._give_back(clean=clean)
 
     def failed(self, exc: BaseException) -> NotSent:
-        """After ``exc``: an error the server reported rolled the pipeline back (the thread
-        path runs it again); a connection lost once anything was sent leaves the outcome
-        unknown (:class:`CommitOutcomeUnknownError`, as the thread path says it);
-        anything else goes through."""
+        """After ``exc``: an error the server reported rolled the pipeline back; one worth
+        another attempt (a deadlock, a serialization failure) leaves the write to the
+        thread path, any other is raised as the thread path words it. A connection lost
+        once anything was sent leaves the outcome unknown (:class:`CommitOutcomeUnknownError`).
+        Anything else goes through."""
         connection = self.connection
         try:
             self._close(exc)
@@ -159,9 +189,8 @@ class _Sending:
                 raise exc
             last = self.cursors[-1] if self.cursors else None
             error = driver_failure(self.store, connection, exc, last, committing=True)
-            if isinstance(error, LostCommit):
-                raised = failure(self.store, error, 1, retryable_write)
-                assert raised is not None
+            raised = failure(self.store, error, 1, retryable_write)
+            if raised is not None:
                 raise raised from raised.__cause__
             return NOT_SENT
         finally:

@@ -21,7 +21,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..model.names import EXACT, KEY_RULES, KeyRules, fold_v2_text, word_case
+from ..model.names import EXACT, KEY_RULES, UNKNOWN_TYPE, KeyRules, fold_v2_text, word_case
+from ..model.records import Mention
 
 # Leading titles, as fold-v2 spells them, by class: two titles of one class are one title.
 _TITLE_CLASSES = {
@@ -95,6 +96,17 @@ class Candidate:
     key: str
     core: str
     names: tuple[str, ...]
+
+
+def mention_of(name: str, rules: KeyRules, entity_type: str = UNKNOWN_TYPE) -> Mention:
+    """``name`` as a mention under ``rules``: its key, core and markers."""
+    return _mention_of(name, rules.name, entity_type)
+
+
+@functools.lru_cache(maxsize=16384)
+def _mention_of(name: str, rules_name: str, entity_type: str) -> Mention:
+    identity = _identify(name, rules_name)
+    return Mention(name, identity.key, entity_type, identity.core, identity.markers)
 
 
 def identify(name: str, rules: KeyRules) -> Identity:

@@ -31,7 +31,7 @@ from ..extraction import (
     StanzaExtractor,
 )
 from ..identity.repository import IdentityRepository
-from ..identity.rules import identify
+from ..identity.rules import mention_of
 from ..model.names import UNKNOWN_TYPE, KeyRules, key_rules_for
 from ..model.records import EntityRecord, Mention, NewTurn, Outcome, SessionStats, turn_text
 from ..model.templates import filler
@@ -268,25 +268,18 @@ class MemoryCore:
         mentions: dict[str, Mention] = {}
         rules = self.key_rules
         for entity in result.entities:
-            identity = identify(entity.name, rules)
-            first = mentions.get(identity.key)
+            mention = mention_of(entity.name, rules, entity.entity_type)
+            first = mentions.get(mention.key)
             if first is None:
-                if identity.key:
-                    mentions[identity.key] = Mention(
-                        entity.name,
-                        identity.key,
-                        entity.entity_type,
-                        identity.core,
-                        identity.markers,
-                    )
+                if mention.key:
+                    mentions[mention.key] = mention
             elif first.entity_type == UNKNOWN_TYPE:
-                mentions[identity.key] = first._replace(entity_type=entity.entity_type)
+                mentions[mention.key] = first._replace(entity_type=entity.entity_type)
         return list(mentions.values())
 
     def _mention(self, name: str, entity_type: str = UNKNOWN_TYPE) -> Mention:
         """``name`` as a mention: its key, core and markers under the memory's rules."""
-        identity = identify(name, self.key_rules)
-        return Mention(name, identity.key, entity_type, identity.core, identity.markers)
+        return mention_of(name, self.key_rules, entity_type)
 
     def _texts(self, inputs: object, outputs: object) -> tuple[str, str]:
         return (
