@@ -44,8 +44,9 @@ _WAIT_INTERVAL = 0.1
 
 class NotSent:
     """What :func:`write` returns when it sent nothing from the loop (no idle connection,
-    one the server closed), or when the server reported an error (everything rolled back):
-    nothing is stored, and the caller runs the write on a thread."""
+    one the server closed), or when the server reported an error worth another attempt (a
+    deadlock, a serialization failure: everything rolled back): nothing is stored, and
+    the caller runs the write on a thread."""
 
 
 NOT_SENT = NotSent()
