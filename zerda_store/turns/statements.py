@@ -338,7 +338,6 @@ class TurnStatements(Statements):
             values = dict(zip(_key_names(len(chunk)), chunk, strict=True))
             values["session_id"] = session_id
             values["limit"] = limit
-            shape = (len(chunk), aged, marked and not start)
-            statement = self._per_count.get(shape) or self._recall_statement(*shape)
+            statement = self._recall_statement(len(chunk), aged, marked and not start)
             batches.append((statement, values))
         return batches
