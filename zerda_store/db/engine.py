@@ -254,8 +254,7 @@ class Store:
         first: Callable[[Callable[[], None]], tuple[bool, T]],
         then: Callable[[], tuple[Callable[[Transaction], T], SessionLock]],
     ) -> T:
-        """:meth:`awrite` of a write ``first()`` sends whole (if it wrote nothing,
-        ``(False, _)``, ``then()``'s unit of work runs), on one database thread."""
+        """:meth:`awrite`, tried whole first (:func:`unit_of_work_aio.write_in_one_trip`)."""
         self.check_writable()
         return await self._aio.write_in_one_trip(first, then)
 
@@ -278,20 +277,21 @@ class Store:
         """How many database threads run the async calls' units of work."""
         return self._aio.async_pool_size
 
-    def borrow(self, *, idle_only: bool = False) -> Any:
+    def borrow(self) -> Any:
         """A driver connection for one attempt of a unit of work: one that an earlier unit
-        gave back, else one from the pool (``idle_only``: else None, as the pool's checkout
-        may connect, which an event loop must not wait for). No liveness ping: a unit of
-        work meets a dead connection at its first statement and runs again."""
+        gave back, else one from the pool. No liveness ping: a unit of work meets a dead
+        connection at its first statement and runs again."""
         if not self.closed:
             connection, stale = self._kept.take()
-            if connection is not None or idle_only:
+            if connection is not None:
                 return connection
             if stale:  # out of the pool again, with its recycling and liveness ping
                 return self._checked_out(self.engine.raw_connection, ping=True)
-        if idle_only:
-            return None
         return self._checked_out(self.engine.raw_connection, ping=False)
+
+    async def borrow_on_loop(self) -> Any | None:
+        """A kept connection for a unit of work on an event loop, or None (:mod:`kept`)."""
+        return None if self.closed else await self._kept.take_on_loop()
 
     def give_back(self, connection: Any, *, reusable: bool) -> None:
         """Keep a connection a unit of work left with no transaction open for the next one
@@ -301,6 +301,7 @@ class Store:
             if self.closed:  # closed meanwhile
                 self.drop_connections()
             return
+        self._kept.forget(connection)
         connection.close()
 
     def connections_in_use(self) -> int:

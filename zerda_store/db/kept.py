@@ -4,12 +4,22 @@ the pool's checkin, reset and checkout (a fifth of a recall's time on SQLite). K
 count as checked out of the pool: a SQLite store keeps 4, so the pool's others stay free
 for SQLAlchemy's own connections; a Postgres store keeps up to the pool's size, and
 SQLAlchemy's own connections (rare: migrations, the Citus check) then come from its
-overflow. A forked child never uses, closes or returns its parent's."""
+overflow. A forked child never uses, closes or returns its parent's.
+
+An event loop's unit of work (:mod:`loop_reads`, :mod:`loop_writes`) takes only a kept
+connection: the pool's checkout may connect, which a loop must not wait for. When none is
+kept while others of the loop's kind are out (a wave of requests), it waits on the loop
+for the next one given back, handed over directly, instead of going to a database
+thread: such units are one round trip each, and a hand-off to a thread and back costs
+more CPU than the wait. It waits at most ``LOOP_WAIT_SECONDS``, then goes to a thread."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
+from collections import deque
 from typing import Any
 
 from sqlalchemy import event
@@ -24,6 +34,9 @@ KEPT_CONNECTIONS = 4
 # A connection idle longer than this goes back to the pool (its recycling and a liveness
 # check apply there) instead of being used again directly.
 KEPT_SECONDS = 30.0
+# How long an event loop's unit of work waits for a kept connection given back before it
+# goes to a database thread (many round trips; a loop busy elsewhere is slow to resume).
+LOOP_WAIT_SECONDS = 0.1
 
 # Connections a forked child inherited from its parent's stores: referenced for the life
 # of the child so that garbage collection never closes the parent's sockets.
@@ -39,6 +52,11 @@ class KeptConnections:
         postgres = engine.dialect.name == "postgresql"
         self._limit = engine.pool.size() if postgres else KEPT_CONNECTIONS  # type: ignore[attr-defined]
         self._idle: list[tuple[Any, float]] = []
+        # Connections out with an event loop's unit of work (by id), and the loops' units
+        # waiting for one to be given back (futures, first come first served).
+        self._lent: set[int] = set()
+        self._waiters: deque[asyncio.Future[Any]] = deque()
+        self._lock = threading.Lock()
         self._pid = os.getpid()
         event.listen(engine, "engine_disposed", self._drop)
 
@@ -47,21 +65,83 @@ class KeptConnections:
         idle too long (it went back to the pool: take the next with a liveness ping)."""
         if self._pid != os.getpid():
             self._after_fork()
-        try:
+        with self._lock:
+            if not self._idle:
+                return None, False
             connection, kept_at = self._idle.pop()
-        except IndexError:
-            return None, False
         if time.monotonic() - kept_at < KEPT_SECONDS:
             return connection, False
         connection.close()
         return None, True
 
+    async def take_on_loop(self) -> Any | None:
+        """For an event loop's unit of work: a kept connection, waited for while others
+        are out with the loops' units (see the module); None when there is none to wait
+        for, or it did not come within ``LOOP_WAIT_SECONDS``."""
+        if self._pid != os.getpid():
+            self._after_fork()
+        stale, waiter = [], None
+        with self._lock:
+            while self._idle:
+                connection, kept_at = self._idle.pop()
+                if time.monotonic() - kept_at < KEPT_SECONDS:
+                    self._lent.add(id(connection))
+                    break
+                stale.append(connection)
+            else:
+                connection = None
+                if self._lent:
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._waiters.append(waiter)
+        for old in stale:
+            old.close()  # back to the pool, for its recycling and liveness ping
+        if waiter is None:
+            return connection
+        timer = waiter.get_loop().call_later(LOOP_WAIT_SECONDS, _expire, waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                self._put_back(waiter.result())  # handed over as the caller was cancelled
+            raise
+        finally:
+            timer.cancel()
+
     def keep(self, connection: Any) -> bool:
-        """Keep ``connection`` for the next unit of work; False when enough are kept."""
-        if len(self._idle) >= self._limit:
-            return False
-        self._idle.append((connection, time.monotonic()))
+        """Keep ``connection`` for the next unit of work (an event loop's unit waiting for
+        one gets it at once); False when enough are kept."""
+        with self._lock:
+            self._lent.discard(id(connection))
+            waiter = None
+            while self._waiters and waiter is None:
+                waiter = self._waiters.popleft()
+                if waiter.done():  # expired or cancelled
+                    waiter = None
+            if waiter is None:
+                if len(self._idle) >= self._limit:
+                    return False
+                self._idle.append((connection, time.monotonic()))
+                return True
+            self._lent.add(id(connection))
+        _hand_over(waiter, connection, self._put_back)
         return True
+
+    def forget(self, connection: Any) -> None:
+        """``connection`` goes back to the pool, not kept: when it was the last out with
+        the loops' units, those waiting have nothing to wait for and go to threads."""
+        with self._lock:
+            self._lent.discard(id(connection))
+            if self._lent:
+                return
+            waiters, self._waiters = self._waiters, deque()
+        for waiter in waiters:
+            _hand_over(waiter, None, self._put_back)
+
+    def _put_back(self, connection: Any) -> None:
+        """A connection handed to a waiter that no longer wants it: kept, else pooled."""
+        if not self.keep(connection):
+            self.forget(connection)
+            connection.close()
 
     def __len__(self) -> int:
         return len(self._idle)
@@ -72,6 +152,7 @@ class KeptConnections:
         them, and start a pool of the child's own."""
         _INHERITED.append(self._idle)
         self._idle, self._pid = [], os.getpid()
+        self._lent, self._waiters = set(), deque()  # the parent's loops are not here
         self._engine.dispose(close=False)
 
     def _drop(self, *_: object) -> None:
@@ -84,3 +165,30 @@ class KeptConnections:
             except IndexError:
                 break
             connection.invalidate()
+
+
+def _expire(waiter: asyncio.Future[Any]) -> None:
+    """A loop's unit that waited long enough for a connection: it goes to a thread."""
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _hand_over(waiter: asyncio.Future[Any], connection: Any, put_back: Any) -> None:
+    """Give ``connection`` (or None: go to a thread) to a waiting loop's unit: directly on
+    its own loop's thread, else through the loop's thread-safe call."""
+    loop = waiter.get_loop()
+    if asyncio._get_running_loop() is loop:
+        _deliver(waiter, connection, put_back)
+        return
+    try:
+        loop.call_soon_threadsafe(_deliver, waiter, connection, put_back)
+    except RuntimeError:  # that loop is closed
+        if connection is not None:
+            put_back(connection)
+
+
+def _deliver(waiter: asyncio.Future[Any], connection: Any, put_back: Any) -> None:
+    if not waiter.done():
+        waiter.set_result(connection)
+    elif connection is not None:  # expired or cancelled meanwhile
+        put_back(connection)

@@ -7,8 +7,9 @@ it (a turn's recall, its idempotency key's check: :class:`unit_of_work.OneStatem
 sent from the event loop instead, on a connection an earlier unit of work left idle:
 psycopg's own execution of the statement, its waits awaited on the loop
 (``psycopg.waiting.wait_async``), so the loop serves other requests while the server
-answers. The loop never waits for anything but the socket: with no idle connection (the
-pool's checkout may open one) the read goes to a thread as before.
+answers. The loop never waits for anything but the socket and a kept connection given
+back by another of its round trips (:mod:`kept`): with none (the pool's checkout may open
+one) the read goes to a thread as before.
 
 The read runs in autocommit, as the general path's single-statement read does. A driver
 error drops the connection and runs the read again on a thread, whose unit of work has
@@ -41,7 +42,7 @@ async def read(store: Store, work: OneStatement[T]) -> T:
     if statement is None:
         return work.then([])
     wait = _wait_async()
-    connection = None if wait is None else store.borrow(idle_only=True)
+    connection = None if wait is None else await store.borrow_on_loop()
     if wait is None or connection is None:
         return await store.aread(work)
     driver_connection = connection.dbapi_connection

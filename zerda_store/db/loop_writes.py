@@ -3,7 +3,8 @@
 The async save of a turn that fits one round trip (:mod:`pipeline`: the session's lock and
 one statement, committed together at the pipeline's sync) is sent as :mod:`loop_reads`
 sends a read: on a connection an earlier unit of work left idle, with psycopg's own
-pipeline. Without an idle connection it goes to a thread, as before.
+pipeline (waiting on the loop for one given back, :mod:`kept`). Without one it goes to a
+thread, as before.
 
 It keeps the thread path's rules:
 
@@ -66,7 +67,7 @@ async def write(
     if parts is None:
         return NOT_SENT
     prepared = [(statement, statement.parameters(values)) for statement, values in steps]
-    connection = store.borrow(idle_only=True)
+    connection = await store.borrow_on_loop()
     if connection is None:
         return NOT_SENT
     if closed_by_server(connection.dbapi_connection):
