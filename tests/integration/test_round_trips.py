@@ -19,7 +19,10 @@ from zerda_store import ConversationEntityMemory, Store
 
 pytestmark = pytest.mark.postgres
 
-NAMES = ["Sarah Chen", "Dr. Sarah Chen", "Omar Haddad", "Dr. Lina Nasser", "Lina Nasser", "Karim"]
+NAMES = [
+    *["Sarah Chen", "Dr. Sarah Chen", "Omar Haddad", "Dr. Lina Nasser", "Lina Nasser", "Karim"],
+    *["Acme Corp", "Acme Inc."],
+]
 
 
 class LongestNames:
@@ -186,6 +189,45 @@ def test_a_titled_mention_joins_and_the_bare_name_stays_one_round_trip(
     info = memory.get_entity_info("Sarah Chen")
     assert info is not None
     assert info["contexts_count"] == 3
+
+
+@pytest.mark.parametrize("name", ["Dr. Sarah Chen", "Acme Corp"])
+def test_a_titled_name_of_its_own_is_one_round_trip(
+    traced: tuple[ConversationEntityMemory, ProtocolTrace], name: str
+) -> None:
+    """A title or a legal form needs no resolution when no other entity has its core: the
+    save is the one statement, first time and after."""
+    memory, trace = traced
+    _save(memory, f"[1] {name} signed.")
+    assert round_trips(trace.take()) == 1
+    _save(memory, f"[2] {name} and Omar Haddad met.")
+    assert round_trips(trace.take()) == 1
+    assert memory.list_entities() == ["Omar Haddad", name]
+    info = memory.get_entity_info(name)
+    assert info is not None
+    assert (info["contexts_count"], info["aliases"]) == (2, [])
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        ("Sarah Chen", "Dr. Sarah Chen"),  # a titled form of a bare name
+        ("Dr. Sarah Chen", "Sarah Chen"),  # a bare name of a titled one
+        ("Acme Corp", "Acme Inc."),  # another legal form of the same core
+    ],
+)
+def test_a_name_whose_core_another_entity_has_still_joins_it(
+    traced: tuple[ConversationEntityMemory, ProtocolTrace], first: str, then: str
+) -> None:
+    memory, trace = traced
+    _save(memory, f"[1] {first} signed.")
+    trace.take()
+    _save(memory, f"[2] {then} called back.")
+    assert round_trips(trace.take()) > 1  # the general unit of work resolved it
+    assert memory.list_entities() == ["Omar Haddad", first]
+    info = memory.get_entity_info(first)
+    assert info is not None
+    assert (info["contexts_count"], info["aliases"]) == (2, [then])
 
 
 def test_an_async_save_is_one_round_trip_as_the_sync_one(

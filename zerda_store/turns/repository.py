@@ -94,20 +94,15 @@ class Repository(Reads):
         Citus, the session's key rules checked in this store, names that need no
         resolution), else None; tried before :meth:`save_turn_work` by the sync save and
         the async one alike."""
-        if not self._single_trip_fits(session_id, turn):
+        if not self._single_trip_fits(session_id):
             return None
         return lambda: self._save_in_one_trip(session_id, turn)
 
-    def _single_trip_fits(self, session_id: str, turn: NewTurn, *, reading: bool = True) -> bool:
+    def _single_trip_fits(self, session_id: str, *, reading: bool = True) -> bool:
         """On Postgres not distributed by Citus (there the statement runs in parts,
-        :mod:`db.sharding`), once the session's rules are checked, for names that are their
-        own cores. ``reading=False``: only if Citus's absence is known already (it is read
-        once per store)."""
-        if (
-            self._single_trip is None
-            or self._checked_rules(session_id) is not _nothing
-            or not SingleTripSave.fits(turn)
-        ):
+        :mod:`db.sharding`), once the session's rules are checked. ``reading=False``: only
+        if Citus's absence is known already (it is read once per store)."""
+        if self._single_trip is None or self._checked_rules(session_id) is not _nothing:
             return False
         if reading:
             return not self._distributed()
@@ -132,7 +127,7 @@ class Repository(Reads):
         """The statements of the turn's one-trip save (for :func:`one_trip_outcome`) when it
         is known without a read that it fits (the async path sends them from the event
         loop); else None."""
-        if not self._single_trip_fits(session_id, turn, reading=False):
+        if not self._single_trip_fits(session_id, reading=False):
             return None
         return self._one_trip_steps(session_id, turn)
 

@@ -7,11 +7,11 @@ that Citus runs the whole of it on the session's shard. It is sent in one pipeli
 the statement that takes the session's lock (:mod:`pipeline`), so that it reads with a
 snapshot taken once the lock is held.
 
-It writes only when name resolution has nothing to do (a guard in the statement): every
-mention of the turn is its own core (no title, no legal form, :meth:`SingleTripSave.fits`),
-and no alias and no titled entity of the session has one of the turn's keys as its key or
-core. Otherwise it writes nothing, says so, and the save runs as the general unit of work
-(:mod:`repository`), which resolves the names and records the joins.
+It writes only when name resolution has nothing to do (a guard in the statement): each
+mention (titled or not: "Dr. Sarah Chen", "Acme Corp") names the entity keyed as it is,
+or no entity yet and no other entity or alias has its core; and no alias keyed like it
+names another entity. Otherwise it writes nothing, says so, and the save runs as the
+general unit of work (:mod:`repository`), which resolves the names and records the joins.
 """
 
 from __future__ import annotations
@@ -44,27 +44,25 @@ def _bind(table: sa.Table, column: str, prefix: str = "") -> Any:
     return sa.bindparam(prefix + column, type_=table.c[column].type)
 
 
-def _resolution_needed(session: Any, keys: Any) -> Any:
-    """True when a mention keyed ``k`` (one of ``keys``, each its own core) may join
-    another entity than ``k``'s (``identity.resolve``): an alias keyed ``k`` names another
-    entity; or no entity is keyed ``k`` and an alias or a titled entity has ``k`` as its
-    core."""
-    mentioned = sa.func.unnest(keys).table_valued("key").render_derived("mentioned")
+def _resolution_needed(session: Any, keys: Any, cores: Any) -> Any:
+    """True when a mention keyed ``k`` with core ``c`` (``keys`` and ``cores``, in the same
+    order) may join another entity than ``k``'s (``identity.resolve``): an alias keyed
+    ``k`` names another entity; or no entity is keyed ``k`` and an entity or an alias has
+    ``c`` as its core (a bare name, another titled form)."""
+    mentioned = sa.func.unnest(keys, cores).table_valued("key", "core").render_derived("mentioned")
     own = entities.alias("own")
     alias = entity_aliases.alias("alias")
-    titled = entities.alias("titled")
+    same_core = entities.alias("same_core")
     aliased_elsewhere = sa.exists().where(
         alias.c.session_id == session,
         alias.c.alias_key == mentioned.c.key,
         alias.c.entity_id.is_distinct_from(own.c.id),
     )
     core_of_alias = sa.exists().where(
-        alias.c.session_id == session, alias.c.core_key == mentioned.c.key
+        alias.c.session_id == session, alias.c.core_key == mentioned.c.core
     )
-    core_of_titled = sa.exists().where(
-        titled.c.session_id == session,
-        titled.c.core_key == mentioned.c.key,
-        titled.c.name_key != titled.c.core_key,
+    core_of_entity = sa.exists().where(
+        same_core.c.session_id == session, same_core.c.core_key == mentioned.c.core
     )
     return sa.exists(
         sa.select(mentioned.c.key)
@@ -73,7 +71,7 @@ def _resolution_needed(session: Any, keys: Any) -> Any:
         .where(
             sa.or_(
                 aliased_elsewhere,
-                sa.and_(own.c.id.is_(None), sa.or_(core_of_alias, core_of_titled)),
+                sa.and_(own.c.id.is_(None), sa.or_(core_of_alias, core_of_entity)),
             )
         )
     )
@@ -84,7 +82,8 @@ def _save_statement() -> Any:
     written) and whether resolution is needed (then nothing was written)."""
     session = sa.bindparam("session_id", type_=sa.String)
     keys = sa.bindparam("name_key", type_=ARRAY(sa.String))
-    guard = sa.select(_resolution_needed(session, keys).label("needed")).cte("guard")
+    cores = sa.bindparam("core_key", type_=ARRAY(sa.String))
+    guard = sa.select(_resolution_needed(session, keys, cores).label("needed")).cte("guard")
     turn_columns = insert_columns(turns)
     turn_values = [
         session.label("session_id")
@@ -165,11 +164,6 @@ class SingleTripSave:
 
     def __init__(self, dialect: Dialect) -> None:
         self.statement: CompiledStatement = compile_statement(_save_statement(), dialect)
-
-    @staticmethod
-    def fits(turn: NewTurn) -> bool:
-        """Whether the statement can save ``turn``: every mention is its own core."""
-        return all(mention.key == mention.core_key for mention in turn.mentions)
 
     @staticmethod
     def values(session_id: str, turn: NewTurn) -> dict[str, Any]:
