@@ -230,41 +230,6 @@ def test_a_name_whose_core_another_entity_has_still_joins_it(
     assert (info["contexts_count"], info["aliases"]) == (2, [then])
 
 
-@pytest.mark.parametrize(
-    ("first", "then"),
-    [
-        ("Sarah Chen", "Dr. Sarah Chen"),
-        ("Dr. Sarah Chen", "Sarah Chen"),
-        ("Acme Corp", "Acme Inc."),
-    ],
-)
-def test_a_name_that_joined_an_entity_is_one_round_trip_afterwards(
-    traced: tuple[ConversationEntityMemory, ProtocolTrace], first: str, then: str
-) -> None:
-    """Once a name has joined an entity (its alias records it), the statement resolves it
-    through the alias: the next saves that use it are one round trip, and join the same
-    entity."""
-    memory, trace = traced
-    _save(memory, f"[1] {first} signed.")
-    _save(memory, f"[2] {then} called back.")
-    trace.take()
-    _save(memory, f"[3] {then} paid.")
-    assert round_trips(trace.take()) == 1
-    _save(memory, f"[4] {then} and Omar Haddad met.")
-    assert round_trips(trace.take()) == 1
-    _save(memory, f"[5] {first}, that is {then}, wrote.")  # two names of one entity
-    assert memory.list_entities() == ["Omar Haddad", first]
-    info = memory.get_entity_info(then)
-    assert info is not None
-    assert (info["name"], info["contexts_count"], info["aliases"]) == (first, 5, [then])
-    recalled = _recall(memory, f"What about {then}?")
-    assert recalled.splitlines()[1:] == [
-        f"[3] {then} paid. Noted.",
-        f"[4] {then} and Omar Haddad met. Noted.",
-        f"[5] {first}, that is {then}, wrote. Noted.",
-    ]
-
-
 def test_an_async_save_is_one_round_trip_as_the_sync_one(
     traced: tuple[ConversationEntityMemory, ProtocolTrace],
 ) -> None:

@@ -82,4 +82,4 @@ def test_the_one_statement_save_resolves_as_the_general_one(
         general = _outcome(store, "general", turns)
 
     assert single == general
-    assert saved_in_one_trip >= TURNS // 2  # most saves went as the one statement
+    assert TURNS // 4 <= saved_in_one_trip < TURNS  # both ways were taken

@@ -7,11 +7,11 @@ that Citus runs the whole of it on the session's shard. It is sent in one pipeli
 the statement that takes the session's lock (:mod:`pipeline`), so that it reads with a
 snapshot taken once the lock is held.
 
-It resolves the mentions (titled or not: "Dr. Sarah Chen", "Acme Corp") when resolution
-has no choice to make (:func:`_resolved`: the entity keyed as the mention, else the one
-its alias names, else a new one whose core nothing else has). Otherwise it writes
-nothing, says so, and the save runs as the general unit of work (:mod:`repository`),
-which resolves the names and records the joins.
+It writes only when name resolution has nothing to do (a guard in the statement): each
+mention (titled or not: "Dr. Sarah Chen", "Acme Corp") names the entity keyed as it is,
+or no entity yet and no other entity or alias has its core; and no alias keyed like it
+names another entity. Otherwise it writes nothing, says so, and the save runs as the
+general unit of work (:mod:`repository`), which resolves the names and records the joins.
 """
 
 from __future__ import annotations
@@ -44,76 +44,46 @@ def _bind(table: sa.Table, column: str, prefix: str = "") -> Any:
     return sa.bindparam(prefix + column, type_=table.c[column].type)
 
 
-def _resolved(session: Any) -> tuple[Any, Any]:
-    """The mentions (the arrays of :data:`MENTION_COLUMNS`) each with the key of the
-    entity it names, as ``identity.resolve`` finds it when that needs no choice: the
-    entity keyed as the mention is, else the one an alias keyed so names, else none (a
-    new entity); and whether resolution is needed after all (then nothing is written):
-    an alias keyed like a mention names another entity than the one keyed so; or none is
-    keyed so, no alias either, and an entity or an alias has the mention's core (a bare
-    name of a titled entity, a titled form of a bare one: they may join); or two mentions
-    name one entity."""
-    arrays: list[Any] = [
-        sa.bindparam(column, type_=ARRAY(_MENTION_TYPES[column])) for column in MENTION_COLUMNS
-    ]
-    mentioned = sa.func.unnest(*arrays).table_valued(*MENTION_COLUMNS).render_derived("mentioned")
+def _resolution_needed(session: Any, keys: Any, cores: Any) -> Any:
+    """True when a mention keyed ``k`` with core ``c`` (``keys`` and ``cores``, in the same
+    order) may join another entity than ``k``'s (``identity.resolve``): an alias keyed
+    ``k`` names another entity; or no entity is keyed ``k`` and an entity or an alias has
+    ``c`` as its core (a bare name, another titled form)."""
+    mentioned = sa.func.unnest(keys, cores).table_valued("key", "core").render_derived("mentioned")
     own = entities.alias("own")
     alias = entity_aliases.alias("alias")
-    target = entities.alias("target")
     same_core = entities.alias("same_core")
-    core_alias = entity_aliases.alias("core_alias")
-    shared_core = sa.or_(
-        sa.exists().where(
-            core_alias.c.session_id == session, core_alias.c.core_key == mentioned.c.core_key
-        ),
-        sa.exists().where(
-            same_core.c.session_id == session, same_core.c.core_key == mentioned.c.core_key
-        ),
+    aliased_elsewhere = sa.exists().where(
+        alias.c.session_id == session,
+        alias.c.alias_key == mentioned.c.key,
+        alias.c.entity_id.is_distinct_from(own.c.id),
     )
-    needs = sa.or_(
-        alias.c.entity_id != own.c.id,  # both found, and they differ
-        sa.and_(alias.c.id.is_not(None), own.c.id.is_(None), target.c.id.is_(None)),
-        sa.and_(own.c.id.is_(None), alias.c.id.is_(None), shared_core),
+    core_of_alias = sa.exists().where(
+        alias.c.session_id == session, alias.c.core_key == mentioned.c.core
     )
-    resolved = (
-        sa.select(
-            sa.func.coalesce(target.c.name_key, mentioned.c.name_key).label("name_key"),
-            mentioned.c.core_key,
-            sa.func.coalesce(target.c.name, mentioned.c.name).label("name"),
-            mentioned.c.entity_type,
-            mentioned.c.first_position,
-            needs.label("needs"),
-        )
+    core_of_entity = sa.exists().where(
+        same_core.c.session_id == session, same_core.c.core_key == mentioned.c.core
+    )
+    return sa.exists(
+        sa.select(mentioned.c.key)
         .select_from(mentioned)
-        .outerjoin(
-            own, sa.and_(own.c.session_id == session, own.c.name_key == mentioned.c.name_key)
+        .outerjoin(own, sa.and_(own.c.session_id == session, own.c.name_key == mentioned.c.key))
+        .where(
+            sa.or_(
+                aliased_elsewhere,
+                sa.and_(own.c.id.is_(None), sa.or_(core_of_alias, core_of_entity)),
+            )
         )
-        .outerjoin(
-            alias, sa.and_(alias.c.session_id == session, alias.c.alias_key == mentioned.c.name_key)
-        )
-        .outerjoin(
-            target,
-            sa.and_(
-                target.c.session_id == session,
-                target.c.id == alias.c.entity_id,
-                own.c.id.is_(None),
-            ),
-        )
-        .cte("resolved")
     )
-    needed = sa.or_(
-        sa.exists().where(resolved.c.needs),
-        sa.select(sa.func.count(sa.distinct(resolved.c.name_key))).scalar_subquery()
-        < sa.select(sa.func.count()).select_from(resolved).scalar_subquery(),
-    )
-    return resolved, sa.select(needed.label("needed")).cte("guard")
 
 
 def _save_statement() -> Any:
     """The whole save; it returns one row: the new turn's id (None when nothing was
     written) and whether resolution is needed (then nothing was written)."""
     session = sa.bindparam("session_id", type_=sa.String)
-    resolved, guard = _resolved(session)
+    keys = sa.bindparam("name_key", type_=ARRAY(sa.String))
+    cores = sa.bindparam("core_key", type_=ARRAY(sa.String))
+    guard = sa.select(_resolution_needed(session, keys, cores).label("needed")).cte("guard")
     turn_columns = insert_columns(turns)
     turn_values = [
         session.label("session_id")
@@ -128,10 +98,14 @@ def _save_statement() -> Any:
         .returning(turns.c.id)
         .cte("new_turn")
     )
+    arrays: list[Any] = [
+        sa.bindparam(column, type_=ARRAY(_MENTION_TYPES[column])) for column in MENTION_COLUMNS
+    ]
+    mentioned = sa.func.unnest(*arrays).table_valued(*MENTION_COLUMNS).render_derived("mentioned")
     at = sa.bindparam("created_at", type_=turns.c.created_at.type)
     entity_values = {
         "session_id": session,
-        **{column: resolved.c[column] for column in MENTION_COLUMNS},
+        **{column: mentioned.c[column] for column in MENTION_COLUMNS},
         "first_seen": at,
         "last_seen": at,
         "first_turn_id": new_turn.c.id,
@@ -142,8 +116,8 @@ def _save_statement() -> Any:
             list(entity_columns),
             sa.select(*(entity_values[column].label(column) for column in entity_columns))
             .select_from(new_turn)
-            .join(resolved, sa.true())
-            .order_by(resolved.c.name_key),
+            .join(mentioned, sa.true())
+            .order_by(mentioned.c.name_key),
         )
     ).cte("upserted")
     snippet_values = {
