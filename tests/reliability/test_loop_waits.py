@@ -9,6 +9,8 @@ the store as it was.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -231,3 +233,69 @@ def test_a_cancelled_waiter_is_passed_over_when_the_last_connection_is_dropped(
 
         assert asyncio.run(cancelled_then_dropped()) == RECALLED
         assert store.connections_in_use() == 0
+
+
+def test_a_forked_child_does_not_wait_for_a_lock_its_parent_held(postgres_url: str) -> None:
+    with Store(postgres_url) as store:
+        store.give_back(store.borrow(), reusable=True)
+        with store._kept._lock:  # as another thread of the parent, inside the kept list
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(GUARD_SECONDS)  # a hang guard: the child dies instead
+                code = 1
+                try:
+                    store.give_back(store.borrow(), reusable=True)
+                    code = 0
+                finally:
+                    os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_connection_its_cancelled_waiter_gives_back_after_close_is_not_kept(
+    postgres_url: str,
+) -> None:
+    store = Store(postgres_url, async_pool_size=1)
+    _filled(store)
+
+    async def closed_meanwhile() -> None:
+        held = await store.borrow_on_loop()
+        waiting = asyncio.create_task(store.borrow_on_loop())
+        await asyncio.sleep(0.05)
+        store.give_back(held, reusable=True)  # handed to the waiter, which has not run
+        waiting.cancel()
+        store.close()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(closed_meanwhile())
+    assert len(store._kept) == 0
+    assert store.engine.pool.checkedout() == 0
+
+
+def test_a_connection_given_back_while_its_waiters_loop_is_stopped_stays_kept(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kept_module, "LOOP_WAIT_SECONDS", GUARD_SECONDS)
+    with Store(postgres_url, async_pool_size=1) as store:
+        _filled(store)
+        loop = asyncio.new_event_loop()
+
+        async def leave_a_waiter() -> tuple[Any, asyncio.Task[Any]]:
+            held = await store.borrow_on_loop()
+            waiting = asyncio.create_task(store.borrow_on_loop())
+            await asyncio.sleep(0.05)
+            return held, waiting
+
+        try:
+            held, waiting = loop.run_until_complete(leave_a_waiter())  # then the loop stops
+            store.give_back(held, reusable=True)  # from this thread, no loop running here
+            assert store.connections_in_use() == 0  # kept, not in transit to the loop
+            assert not store._kept._lent
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                loop.run_until_complete(waiting)
+        finally:
+            loop.close()
+        assert asyncio.run(_recall(store)) == RECALLED
+        assert _kept_everything(store)

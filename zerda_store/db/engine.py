@@ -131,7 +131,7 @@ class Store:
         self.dialect = self.engine.dialect.name
         if read_only:
             self.require_file()
-        self._kept = KeptConnections(self.engine)
+        self._kept = KeptConnections(self.engine, lambda c: self.give_back(c, reusable=True))
         self.schema_checked = False
         self.schema_lock = threading.Lock()
         self.closed = False

@@ -9,17 +9,21 @@ overflow. A forked child never uses, closes or returns its parent's.
 An event loop's unit of work (:mod:`loop_reads`, :mod:`loop_writes`) takes only a kept
 connection: the pool's checkout may connect, which a loop must not wait for. When none is
 kept while others of the loop's kind are out (a wave of requests), it waits on the loop
-for the next one given back, handed over directly, instead of going to a database
-thread: such units are one round trip each, and a hand-off to a thread and back costs
-more CPU than the wait. It waits at most ``LOOP_WAIT_SECONDS``, then goes to a thread."""
+for the next one given back instead of going to a database thread: such units are one
+round trip each, and a hand-off to a thread and back costs more CPU than the wait. A
+connection given back on the waiter's own loop is handed over directly; one given back
+elsewhere is kept, and the waiter told to take again (nothing is in transit to a loop
+that may never run again). It waits at most ``LOOP_WAIT_SECONDS``, then goes to a thread."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import event
@@ -45,10 +49,12 @@ _INHERITED: list[Any] = []
 
 class KeptConnections:
     """The connections one store keeps; dropped (invalidated) whenever its engine is
-    disposed."""
+    disposed. ``give_back`` is the store's: a connection a waiting loop's unit no longer
+    wants goes back through it (kept, or to the pool once the store is closed)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, give_back: Callable[[Any], None]) -> None:
         self._engine = engine
+        self._give_back = give_back
         postgres = engine.dialect.name == "postgresql"
         self._limit = engine.pool.size() if postgres else KEPT_CONNECTIONS  # type: ignore[attr-defined]
         self._idle: list[tuple[Any, float]] = []
@@ -80,36 +86,52 @@ class KeptConnections:
         for, or it did not come within ``LOOP_WAIT_SECONDS``."""
         if self._pid != os.getpid():
             self._after_fork()
-        stale, waiter = [], None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LOOP_WAIT_SECONDS
+        while True:
+            connection, waiter = self._take_or_wait(loop)
+            if waiter is None:
+                return connection
+            timer = loop.call_at(deadline, _expire, waiter)
+            try:
+                handed = await waiter
+            except asyncio.CancelledError:
+                handed = waiter.result() if waiter.done() and not waiter.cancelled() else None
+                if handed is not None and handed is not _TAKE_AGAIN:
+                    self._put_back(handed)  # handed over as the caller was cancelled
+                raise
+            finally:
+                timer.cancel()
+            if handed is not _TAKE_AGAIN:
+                return handed
+
+    def _take_or_wait(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> tuple[Any | None, asyncio.Future[Any] | None]:
+        """A kept connection (lent to the loop), or a future to wait on while others are
+        lent, or neither."""
+        stale, connection, waiter = [], None, None
         with self._lock:
             while self._idle:
-                connection, kept_at = self._idle.pop()
+                found, kept_at = self._idle.pop()
                 if time.monotonic() - kept_at < KEPT_SECONDS:
-                    self._lent.add(id(connection))
+                    self._lent.add(id(found))
+                    connection = found
                     break
-                stale.append(connection)
+                stale.append(found)
             else:
-                connection = None
                 if self._lent:
-                    waiter = asyncio.get_running_loop().create_future()
+                    waiter = loop.create_future()
                     self._waiters.append(waiter)
         for old in stale:
             old.close()  # back to the pool, for its recycling and liveness ping
-        if waiter is None:
-            return connection
-        timer = waiter.get_loop().call_later(LOOP_WAIT_SECONDS, _expire, waiter)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
-                self._put_back(waiter.result())  # handed over as the caller was cancelled
-            raise
-        finally:
-            timer.cancel()
+        return connection, waiter
 
     def keep(self, connection: Any) -> bool:
         """Keep ``connection`` for the next unit of work (an event loop's unit waiting for
-        one gets it at once); False when enough are kept."""
+        one gets it at once); False when enough are kept. A unit waiting on another loop
+        is only told to take again, the connection kept meanwhile: nothing is ever in
+        transit to a loop that may not run again."""
         with self._lock:
             self._lent.discard(id(connection))
             waiter = None
@@ -117,13 +139,15 @@ class KeptConnections:
                 waiter = self._waiters.popleft()
                 if waiter.done():  # expired or cancelled
                     waiter = None
-            if waiter is None:
-                if len(self._idle) >= self._limit:
-                    return False
-                self._idle.append((connection, time.monotonic()))
+            if waiter is not None and waiter.get_loop() is asyncio._get_running_loop():
+                self._lent.add(id(connection))
+                waiter.set_result(connection)  # this thread runs its loop: resumed soon
                 return True
-            self._lent.add(id(connection))
-        _hand_over(waiter, connection, self._put_back)
+            if waiter is None and len(self._idle) >= self._limit:
+                return False
+            self._idle.append((connection, time.monotonic()))
+        if waiter is not None:
+            _wake(waiter, _TAKE_AGAIN)
         return True
 
     def forget(self, connection: Any) -> None:
@@ -135,13 +159,12 @@ class KeptConnections:
                 return
             waiters, self._waiters = self._waiters, deque()
         for waiter in waiters:
-            _hand_over(waiter, None, self._put_back)
+            _wake(waiter, None)
 
     def _put_back(self, connection: Any) -> None:
-        """A connection handed to a waiter that no longer wants it: kept, else pooled."""
-        if not self.keep(connection):
-            self.forget(connection)
-            connection.close()
+        """A connection handed to a waiter that no longer wants it: the store takes it
+        back (kept, or pooled)."""
+        self._give_back(connection)
 
     def __len__(self) -> int:
         return len(self._idle)
@@ -153,6 +176,7 @@ class KeptConnections:
         _INHERITED.append(self._idle)
         self._idle, self._pid = [], os.getpid()
         self._lent, self._waiters = set(), deque()  # the parent's loops are not here
+        self._lock = threading.Lock()  # the parent's may have been held at the fork
         self._engine.dispose(close=False)
 
     def _drop(self, *_: object) -> None:
@@ -167,28 +191,27 @@ class KeptConnections:
             connection.invalidate()
 
 
+# What a unit waiting on another loop is told when a connection is kept for it.
+_TAKE_AGAIN = object()
+
+
 def _expire(waiter: asyncio.Future[Any]) -> None:
     """A loop's unit that waited long enough for a connection: it goes to a thread."""
     if not waiter.done():
         waiter.set_result(None)
 
 
-def _hand_over(waiter: asyncio.Future[Any], connection: Any, put_back: Any) -> None:
-    """Give ``connection`` (or None: go to a thread) to a waiting loop's unit: directly on
-    its own loop's thread, else through the loop's thread-safe call."""
+def _wake(waiter: asyncio.Future[Any], value: Any) -> None:
+    """Tell a waiting loop's unit to take again (``_TAKE_AGAIN``) or to go to a thread
+    (None), on its own loop."""
     loop = waiter.get_loop()
     if asyncio._get_running_loop() is loop:
-        _deliver(waiter, connection, put_back)
+        _answer(waiter, value)
         return
-    try:
-        loop.call_soon_threadsafe(_deliver, waiter, connection, put_back)
-    except RuntimeError:  # that loop is closed
-        if connection is not None:
-            put_back(connection)
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there
+        loop.call_soon_threadsafe(_answer, waiter, value)
 
 
-def _deliver(waiter: asyncio.Future[Any], connection: Any, put_back: Any) -> None:
+def _answer(waiter: asyncio.Future[Any], value: Any) -> None:
     if not waiter.done():
-        waiter.set_result(connection)
-    elif connection is not None:  # expired or cancelled meanwhile
-        put_back(connection)
+        waiter.set_result(value)
