@@ -11,6 +11,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import operator
 import re
 import threading
 import time
@@ -111,7 +112,16 @@ def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
     if not isinstance(response, str):
         raise TypeError(f"llm.{method} returned {type(response).__name__}, expected str")
     fragments = map(str.strip, response.replace("،", ",").split(","))
-    return [ExtractedEntity(part) for part in fragments if len(part) > 2]
+    return _Parsed([_parsed_entity(part) for part in fragments if len(part) > 2])
+
+
+class _Parsed(list):  # type: ignore[type-arg]
+    """Entities parsed here from a model's answer: names are ``str``, types unknown, so
+    :func:`_coerce` passes them on unchecked."""
+
+
+# An entity is immutable, and a CRM's assistant meets the same names again and again.
+_parsed_entity = functools.lru_cache(maxsize=16384)(ExtractedEntity)
 
 
 async def extract_async(extractor: Extractor, text: str, executor: Executor | None) -> Any:
@@ -227,10 +237,13 @@ def _label(name: str) -> str:
 
 # A CRM's assistant meets the same few thousand names again and again.
 _acceptable_name = functools.lru_cache(maxsize=16384)(is_acceptable_name)
+_NAME = operator.attrgetter("name")
 
 
 def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[ExtractedEntity]:
     """Entities from what an extractor returned; types are clipped to what the table holds."""
+    if type(items) is _Parsed:
+        return items
     entities = []
     for item in items:
         if type(item) is not ExtractedEntity:  # the LLM path's entities pass straight on
@@ -301,7 +314,10 @@ class ExtractionService:
             entities = _coerce(found)
         except Exception as exc:
             return self._failed(name, exc, started)
-        kept = tuple(filter(self._acceptable, entities))
+        if all(map(_acceptable_name, map(_NAME, entities))):
+            kept = tuple(entities)
+        else:
+            kept = tuple(filter(self._acceptable, entities))
         return ExtractionResult(kept, name, "ok", None, time.perf_counter() - started)
 
     def _failed(self, name: str, exc: Exception, started: float) -> ExtractionResult:

@@ -39,34 +39,32 @@ class CompiledStatement:
     literals: Mapping[str, Any]
     # The names and types of the columns it returns (none for a statement without rows).
     result_columns: tuple[tuple[str, Any], ...] = ()
-    _template: list[Any] = field(init=False, repr=False, compare=False)
-    _slots: list[tuple[int, str, Callable[[Any], Any] | None]] = field(
-        init=False, repr=False, compare=False
-    )
     _reader: RowReader | None = field(init=False, repr=False, compare=False, default=None)
-    # Positional placeholders none of whose values is converted: the values picked in
-    # placeholder order in one C call (the literals merged in first, if any).
+    # Positional placeholders: the values picked in placeholder order in one C call (the
+    # literals, already converted, merged in first if any), then the few that a bind
+    # processor converts, by index.
     _picked: Callable[[Mapping[str, Any]], Any] | None = field(
         init=False, repr=False, compare=False, default=None
     )
+    _converted: tuple[tuple[int, Callable[[Any], Any]], ...] = field(
+        init=False, repr=False, compare=False, default=()
+    )
 
     def __post_init__(self) -> None:
-        # Positional placeholders: the parameter list with the literals already in place,
-        # and the slots that values fill, so a call does no dictionary work.
+        if not self.positions:
+            return
         process = dict(self.processors)
-        template: list[Any] = []
-        slots: list[tuple[int, str, Callable[[Any], Any] | None]] = []
-        for index, name in enumerate(self.positions or ()):
-            if name in self.literals:
-                literal = self.literals[name]
-                template.append(process[name](literal) if name in process else literal)
-            else:
-                template.append(None)
-                slots.append((index, name, process.get(name)))
-        object.__setattr__(self, "_template", template)
-        object.__setattr__(self, "_slots", slots)
-        if self.positions and not self.processors:
-            object.__setattr__(self, "_picked", _picker(self.positions, self.literals))
+        fixed = {
+            name: process[name](value) if name in process else value
+            for name, value in self.literals.items()
+        }
+        converted = tuple(
+            (index, process[name])
+            for index, name in enumerate(self.positions)
+            if name in process and name not in self.literals
+        )
+        object.__setattr__(self, "_picked", _picker(self.positions, fixed))
+        object.__setattr__(self, "_converted", converted)
 
     @property
     def made_reader(self) -> RowReader | None:
@@ -83,18 +81,18 @@ class CompiledStatement:
         return reader
 
     def parameters(self, values: Mapping[str, Any]) -> Any:
-        if self.positions is None:
+        if self._picked is None:  # named placeholders
             if self.literals or self.processors:
                 values = {**self.literals, **values}
                 for name, process in self.processors:
                     values[name] = process(values[name])
             return values
-        if self._picked is not None:
-            return self._picked(values)
-        parameters = self._template.copy()
-        for index, name, convert in self._slots:
-            value = values[name]
-            parameters[index] = value if convert is None else convert(value)
+        picked = self._picked(values)
+        if not self._converted:
+            return picked
+        parameters = list(picked)
+        for index, convert in self._converted:
+            parameters[index] = convert(parameters[index])
         return parameters
 
 

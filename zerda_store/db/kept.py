@@ -98,7 +98,7 @@ class KeptConnections:
             except asyncio.CancelledError:
                 handed = waiter.result() if waiter.done() and not waiter.cancelled() else None
                 if handed is not None and handed is not _TAKE_AGAIN:
-                    self._put_back(handed)  # handed over as the caller was cancelled
+                    self._give_back(handed)  # handed over as the caller was cancelled
                 raise
             finally:
                 timer.cancel()
@@ -160,11 +160,6 @@ class KeptConnections:
             waiters, self._waiters = self._waiters, deque()
         for waiter in waiters:
             _wake(waiter, None)
-
-    def _put_back(self, connection: Any) -> None:
-        """A connection handed to a waiter that no longer wants it: the store takes it
-        back (kept, or pooled)."""
-        self._give_back(connection)
 
     def __len__(self) -> int:
         return len(self._idle)

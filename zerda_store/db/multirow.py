@@ -7,6 +7,8 @@ compiled statement (:class:`driver.Runnable`).
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -127,6 +129,8 @@ class RowsStatement(_MadeFrom):
     def __init__(self, compiled: CompiledStatement, columns: Sequence[str], count: int):
         super().__init__(compiled)
         self._columns = tuple(columns)
+        # A row's values in column order, in one C call (the value alone for one column).
+        self._row_values = operator.itemgetter(*self._columns)
         self._names = [{column: _row_name(i, column) for column in columns} for i in range(count)]
         in_row_order = tuple(name for names in self._names for name in names.values())
         positions = compiled.positions or ()
@@ -151,10 +155,13 @@ class RowsStatement(_MadeFrom):
                     for column, name in names.items()
                 }
             )
-        columns = self._columns
-        flat = [row[column] for row in rows for column in columns]
+        width = len(self._columns)
+        if width == 1:
+            flat = list(map(self._row_values, rows))
+        else:
+            flat = list(itertools.chain.from_iterable(map(self._row_values, rows)))
         for offset, process in self._column_processors:
-            flat[offset :: len(columns)] = [process(v) for v in flat[offset :: len(columns)]]
+            flat[offset::width] = map(process, flat[offset::width])
         return flat + self._trailing if self._trailing else flat
 
 

@@ -130,15 +130,14 @@ class Reads(TurnHistory):
         if self.store.dialect != "sqlite":
             values = ResolvingRecall.values(session_id, mentions, limit)
             return OneStatement(resolving, values, resolved)
+        titled = any(m.key != m.core_key for m in mentions)  # a titled form: resolve
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
             rows, possible = marked_rows(
                 transaction.run(*first[0]) if len(first) == 1 else transaction.run_all(first)
             )
-            if not (possible or any(m.key != m.core_key for m in mentions)):
-                return rows, own  # nothing to resolve: no alias, no titled form
-            if {row.name_key for row in rows} >= set(own):
-                return rows, own
+            if not (possible or titled) or {row.name_key for row in rows} >= set(own):
+                return rows, own  # nothing to resolve, or every key names an entity
             values = ResolvingRecall.values(session_id, mentions, limit)
             return resolved(transaction.run(resolving, values))
 

@@ -148,6 +148,10 @@ def split_rows(rows: list[Any]) -> tuple[list[Any], list[CandidateRow]]:
 
 def marked_rows(rows: list[Any]) -> tuple[list[Any], bool]:
     """The snippet rows of a marked recall (``statements._recall_each_key``), and the session's
-    mark: whether resolution could change what a mention that is its own core names."""
+    mark: whether resolution could change what a mention that is its own core names. The
+    one mark row (``context_id`` NULL) comes last as SQLite runs a ``UNION ALL``; found
+    anywhere else, it is looked for."""
+    if rows and rows[-1].context_id is None:
+        return rows[:-1], bool(rows[-1].resolution_possible)
     snippets = [row for row in rows if row.context_id is not None]
     return snippets, any(row.resolution_possible for row in rows if row.context_id is None)

@@ -7,6 +7,7 @@ Builders give exactly the columns :func:`schema.insert_columns` derives from the
 
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Any, TypeVar
 
@@ -151,31 +152,29 @@ def recalled(
     rows: list[Any], unique: list[str], visible: Visibility | None
 ) -> list[tuple[str, list[str]]]:
     """Recall rows grouped by entity, in the order of the keys: each entity's name with its
-    snippets oldest first; under a policy, only the snippets that show."""
+    snippets oldest first; under a policy, only the snippets that show. An entity's rows
+    all carry its name and type."""
     if visible is not None:
         rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
-    firsts: dict[str, Any] = {}  # each entity's first row, for its name and type
-    texts: dict[str, list[str]] = {}
-    for row in sorted(rows, key=_SAVED_ORDER):
-        group = texts.get(row.name_key)
-        if group is None:
-            firsts[row.name_key] = row
-            texts[row.name_key] = [row.text]
-        else:
-            group.append(row.text)
+    by_entity = {
+        key: list(group) for key, group in itertools.groupby(sorted(rows, key=_SAVED_ORDER), _KEY)
+    }
     found = []
     for key in unique:
-        group = texts.get(key)
+        group = by_entity.get(key)
         if group is None:
             continue
-        first = firsts[key]
+        texts = list(map(_TEXT, group))
         if visible is not None:
-            group = newest(group, visible.keep_last(first.entity_type))
-        found.append((first.name, group))
+            texts = newest(texts, visible.keep_last(group[0].entity_type))
+        found.append((group[0].name, texts))
     return found
 
 
-_SAVED_ORDER = operator.attrgetter("turn_seq", "context_id")
+# Each entity's rows together, oldest first.
+_SAVED_ORDER = operator.attrgetter("name_key", "turn_seq", "context_id")
+_KEY = operator.attrgetter("name_key")
+_TEXT = operator.attrgetter("text")
 
 
 def newest(items: list[T], keep: int | None) -> list[T]:

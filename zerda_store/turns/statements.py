@@ -193,20 +193,27 @@ class RowsInsert:
         self._arrays = dialect.name == "postgresql"
         self._compiled: dict[int, Runnable] = {}
         self._all_compiled = False
+        self._prepared: dict[int, PreparedInsert] = {}  # by row count, once met
 
     def prepare(self, count: int) -> PreparedInsert:
         """The statements for ``count`` rows, compiled on first use. On SQLite a statement
         carries at most ``ROWS_PER_STATEMENT`` rows; on Postgres more than
         ``POSTGRES_VALUES_ROWS`` rows go as one statement of arrays."""
-        if self._arrays and count > POSTGRES_VALUES_ROWS:
-            return PreparedInsert([(self._statement(ANY_ROWS), count)])
-        return PreparedInsert([(self._statement(size), size) for size in _statement_sizes(count)])
+        prepared = self._prepared.get(count)
+        if prepared is None:
+            if self._arrays and count > POSTGRES_VALUES_ROWS:
+                parts = [(self._statement(ANY_ROWS), count)]
+            else:
+                parts = [(self._statement(size), size) for size in _statement_sizes(count)]
+            prepared = self._prepared[count] = PreparedInsert(parts)
+        return prepared
 
     def route(self) -> None:
         """Send VALUES only, whatever the row count: Citus routes an INSERT ... VALUES to the
         session's shard, but plans an INSERT ... SELECT of arrays in parts
         (:mod:`db.sharding`)."""
         self._arrays = False
+        self._prepared = {}
 
     def compile_all(self) -> None:
         """Compile every statement some row count needs, so that inserts whose counts are
