@@ -88,6 +88,24 @@ def test_literals_fill_their_places_in_positional_parameters() -> None:
     assert list(compiled.parameters({"entity_id": 7, "limit": 3})) == [7, "skip me", 3, 0]
 
 
+def test_positional_parameters_convert_only_their_processed_values() -> None:
+    names = sa.bindparam("names", type_=turns.c.entity_names.type)
+    at = sa.bindparam("at", type_=turns.c.created_at.type)
+    session = sa.bindparam("session_id", type_=sa.String)
+    statement = sqlite.insert(turns).values(
+        session_id=session, input_text="fixed", output_text=session, entity_names=names,
+        created_at=at,
+    )  # fmt: skip
+    compiled = compile_statement(statement, sqlite.dialect())
+    values = {"session_id": "s-1", "names": ["Sarah Chen"], "at": 5}
+
+    parameters = list(compiled.parameters(values))
+
+    assert parameters == ["s-1", "fixed", "s-1", '["Sarah Chen"]', 5.0]
+    assert isinstance(parameters[4], float)
+    assert compile_statement(sa.text("SELECT 1"), sqlite.dialect()).parameters({}) == ()
+
+
 def test_expanding_parameters_are_refused() -> None:
     statement = sa.select(turns.c.id).where(turns.c.id.in_(sa.bindparam("ids", expanding=True)))
     with pytest.raises(ValueError, match="expanding"):

@@ -51,7 +51,7 @@ class CompiledStatement:
     )
 
     def __post_init__(self) -> None:
-        if not self.positions:
+        if self.positions is None:
             return
         process = dict(self.processors)
         fixed = {
@@ -101,6 +101,8 @@ def _picker(
 ) -> Callable[[Mapping[str, Any]], Any]:
     """Values in placeholder order, picked by one ``itemgetter`` (for one placeholder it
     gives the value alone: then a one-tuple)."""
+    if not positions:
+        return lambda values: ()
     get = operator.itemgetter(*positions)
     pick: Callable[[Mapping[str, Any]], Any] = (
         get if len(positions) > 1 else lambda values: (get(values),)
