@@ -90,25 +90,27 @@ class Attachment:
         if len(rows) != self._counts[0]:
             upsert = self._statements.entities.prepare(len(rows))
         entity_ids = upsert_entities(transaction, upsert, rows)
-        keys = {m.key: targets[m.key].key if m.key in targets else m.key for m in mentions}
-        snippets = {
-            (turn_id, entity_ids[keys[mention.key]]): context_row(
-                session_id,
-                entity_id=entity_ids[keys[mention.key]],
-                turn_id=turn_id,
-                turn_seq=turn_id,
-                text=turn.text,
-                created_at=turn.created_at,
-            )
-            for turn_id, turn in saved
-            for mention in turn.mentions
-        }
+        if targets:  # a joining mention's snippet goes to the entity it joins
+            entity_ids.update({key: entity_ids[target.key] for key, target in targets.items()})
+        snippets = {}
+        for turn_id, turn in saved:
+            text = turn.text
+            for mention in turn.mentions:
+                entity_id = entity_ids[mention.key]
+                snippets[turn_id, entity_id] = context_row(
+                    session_id,
+                    entity_id=entity_id,
+                    turn_id=turn_id,
+                    turn_seq=turn_id,
+                    text=text,
+                    created_at=turn.created_at,
+                )
         insert = self._contexts
         if len(snippets) != self._counts[1]:
             insert = self._statements.contexts.prepare(len(snippets))
         insert.run(transaction, list(snippets.values()))
         if targets and self._resolver is not None:
-            joined = [(m, entity_ids[keys[m.key]]) for m in mentions if m.key in targets]
+            joined = [(m, entity_ids[m.key]) for m in mentions if m.key in targets]
             self._resolver.record_joins(transaction, session_id, joined, saved[-1][1].created_at)
 
 
