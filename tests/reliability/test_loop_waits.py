@@ -12,7 +12,7 @@ import asyncio
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -137,20 +137,24 @@ def test_a_caller_cancelled_while_waiting_loses_no_connection(postgres_url: str)
         assert _kept_everything(store)
 
 
+async def _handed_then_cancelled(store: Store, then: Callable[[], None] = lambda: None) -> None:
+    """A kept connection given back to a waiting unit that is cancelled before it runs;
+    ``then`` runs between the cancellation and the waiter's end."""
+    held = await store.borrow_on_loop()
+    waiting = asyncio.create_task(store.borrow_on_loop())
+    await asyncio.sleep(0.05)
+    store.give_back(held, reusable=True)  # handed to the waiter, which has not run
+    waiting.cancel()
+    then()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
 def test_a_connection_handed_over_as_its_waiter_is_cancelled_is_kept(postgres_url: str) -> None:
     with Store(postgres_url, async_pool_size=1) as store:
         _filled(store)
 
-        async def handed_then_cancelled() -> None:
-            held = await store.borrow_on_loop()
-            waiting = asyncio.create_task(store.borrow_on_loop())
-            await asyncio.sleep(0.05)
-            store.give_back(held, reusable=True)  # handed to the waiter, which has not run
-            waiting.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await waiting
-
-        asyncio.run(handed_then_cancelled())
+        asyncio.run(_handed_then_cancelled(store))
         assert _kept_everything(store)
         assert asyncio.run(_recall(store)) == RECALLED  # the kept connection still serves
 
@@ -258,17 +262,7 @@ def test_a_connection_its_cancelled_waiter_gives_back_after_close_is_not_kept(
     store = Store(postgres_url, async_pool_size=1)
     _filled(store)
 
-    async def closed_meanwhile() -> None:
-        held = await store.borrow_on_loop()
-        waiting = asyncio.create_task(store.borrow_on_loop())
-        await asyncio.sleep(0.05)
-        store.give_back(held, reusable=True)  # handed to the waiter, which has not run
-        waiting.cancel()
-        store.close()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-
-    asyncio.run(closed_meanwhile())
+    asyncio.run(_handed_then_cancelled(store, then=store.close))
     assert len(store._kept) == 0
     assert store.engine.pool.checkedout() == 0
 
