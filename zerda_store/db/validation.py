@@ -31,6 +31,8 @@ def checked_text(value: object, what: str) -> str:
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if "\x00" in value:
         raise ValueError(f"{what} contains a NUL character, which cannot be stored")
+    if value.isascii():  # known without reading the text: no surrogate in it
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -43,7 +45,10 @@ def mapping_text(mapping: object, key: str, argument: str) -> str:
         raise TypeError(
             f"{argument} must be a mapping such as a dict, not {type(mapping).__name__}"
         )
-    return checked_text(mapping.get(key), f"{argument}[{key!r}]")
+    value = mapping.get(key)
+    if type(value) is str and value.isascii() and "\x00" not in value:
+        return value  # every turn's case, passed without naming the argument
+    return checked_text(value, f"{argument}[{key!r}]")
 
 
 def checked_session_id(value: object) -> str:

@@ -20,6 +20,9 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
+from typing import Any
 
 from ..model.names import EXACT, KEY_RULES, UNKNOWN_TYPE, KeyRules, fold_v2_text, word_case
 from ..model.records import Mention
@@ -101,6 +104,30 @@ class Candidate:
 def mention_of(name: str, rules: KeyRules, entity_type: str = UNKNOWN_TYPE) -> Mention:
     """``name`` as a mention under ``rules``: its key, core and markers."""
     return _mention_of(name, rules.name, entity_type)
+
+
+def mentions_in(entities: Sequence[Any], rules: KeyRules) -> list[Mention]:
+    """One mention per key of extracted ``entities`` (each with a ``name`` and an
+    ``entity_type``), in extraction order: the first form of the name, and the first type
+    known for it; a name with an empty key is left out."""
+    found = list(map(_mention_of, map(_NAME, entities), repeat(rules.name), map(_TYPE, entities)))
+    keys = set(map(_KEY, found))
+    if len(keys) == len(found) and "" not in keys:
+        return found  # a key each: every turn's case, made in C
+    mentions: dict[str, Mention] = {}
+    for mention in found:
+        first = mentions.get(mention.key)
+        if first is None:
+            if mention.key:
+                mentions[mention.key] = mention
+        elif first.entity_type == UNKNOWN_TYPE:
+            mentions[mention.key] = first._replace(entity_type=mention.entity_type)
+    return list(mentions.values())
+
+
+_NAME = attrgetter("name")
+_TYPE = attrgetter("entity_type")
+_KEY = attrgetter("key")
 
 
 @functools.lru_cache(maxsize=16384)

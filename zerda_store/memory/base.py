@@ -31,7 +31,7 @@ from ..extraction import (
     StanzaExtractor,
 )
 from ..identity.repository import IdentityRepository
-from ..identity.rules import mention_of
+from ..identity.rules import mention_of, mentions_in
 from ..model.names import UNKNOWN_TYPE, KeyRules, key_rules_for
 from ..model.records import EntityRecord, Mention, NewTurn, Outcome, SessionStats, turn_text
 from ..model.templates import filler
@@ -265,17 +265,7 @@ class MemoryCore:
     def _mentions(self, result: ExtractionResult) -> list[Mention]:
         """One mention per entity, in extraction order: the first form of the name, and
         the first type known for it."""
-        mentions: dict[str, Mention] = {}
-        rules = self.key_rules
-        for entity in result.entities:
-            mention = mention_of(entity.name, rules, entity.entity_type)
-            first = mentions.get(mention.key)
-            if first is None:
-                if mention.key:
-                    mentions[mention.key] = mention
-            elif first.entity_type == UNKNOWN_TYPE:
-                mentions[mention.key] = first._replace(entity_type=entity.entity_type)
-        return list(mentions.values())
+        return mentions_in(result.entities, self.key_rules)
 
     def _mention(self, name: str, entity_type: str = UNKNOWN_TYPE) -> Mention:
         """``name`` as a mention: its key, core and markers under the memory's rules."""

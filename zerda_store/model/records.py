@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -30,6 +31,11 @@ class Mention(NamedTuple):
     @property
     def core_key(self) -> str:
         return self.core or self.key
+
+
+# Mentions' keys and core keys, each list read in one C call on the hot paths.
+MENTION_KEY = operator.attrgetter("key")
+MENTION_CORE_KEY = operator.attrgetter("core_key")
 
 
 class Outcome(NamedTuple):

@@ -4,12 +4,13 @@ saves, imports and repairs share."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter, ne
 from typing import Any
 
 from ..db.unit_of_work import Transaction
 from ..identity.resolution import Resolver
 from ..model.names import UNKNOWN_TYPE
-from ..model.records import NewTurn
+from ..model.records import MENTION_CORE_KEY, MENTION_KEY, NewTurn
 from .rows import context_row, entity_row
 from .statements import PreparedInsert, TurnStatements
 
@@ -55,7 +56,8 @@ class Attachment:
             return
         mentions = [mention for _, turn in saved for mention in turn.mentions]
         resolving = self._resolver is not None and (
-            resolution_possible or any(m.key != m.core_key for m in mentions)
+            resolution_possible
+            or any(map(ne, map(MENTION_KEY, mentions), map(MENTION_CORE_KEY, mentions)))
         )
         targets = (
             self._resolver.targets(transaction, session_id, mentions)
@@ -118,7 +120,7 @@ def upsert_entities(
     transaction: Transaction, upsert: PreparedInsert, rows: Sequence[dict[str, Any]]
 ) -> dict[str, int]:
     """Insert or update entities, in key order; their ids by key."""
-    ordered = sorted(rows, key=lambda row: row["name_key"])
+    ordered = sorted(rows, key=_NAME_KEY)
     return {row.name_key: int(row.id) for row in upsert.run(transaction, ordered)}
 
 
@@ -129,3 +131,6 @@ def insert_turns(
     inserted within a statement (SQLite AUTOINCREMENT, a Postgres identity), so sorted ids
     line up with the rows whatever order RETURNING gives them in."""
     return sorted(int(row.id) for row in insert.run(transaction, rows))
+
+
+_NAME_KEY = itemgetter("name_key")

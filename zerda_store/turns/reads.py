@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
+from operator import ne
 from typing import Any
 
 from ..db.engine import Store
@@ -16,7 +17,7 @@ from ..db.unit_of_work import OneStatement, Transaction
 from ..identity.resolution import Resolver
 from ..identity.statements import IdentityStatements
 from ..model.names import FOLD_V1, KEY_RULES, KeyRules
-from ..model.records import EntityRecord, Mention, SessionStats
+from ..model.records import MENTION_CORE_KEY, MENTION_KEY, EntityRecord, Mention, SessionStats
 from ..retention.policy import Visibility
 from .history import PAGE_SIZE, TurnHistory
 from .resolving_recall import ResolvingRecall, marked_rows, split_rows
@@ -106,7 +107,7 @@ class Reads(TurnHistory):
         if a key names no entity and resolution could find one (titled, or marked)."""
         resolver = self._resolver
         aged = visible is not None
-        own = list(dict.fromkeys([m.key for m in mentions]))
+        own = list(dict.fromkeys(map(MENTION_KEY, mentions)))
         if resolver is None or self.store.dialect == "sqlite":
             first = self._statements.recall_batches(
                 session_id, own, limit, aged=aged, marked=resolver is not None
@@ -130,7 +131,8 @@ class Reads(TurnHistory):
         if self.store.dialect != "sqlite":
             values = ResolvingRecall.values(session_id, mentions, limit)
             return OneStatement(resolving, values, resolved)
-        titled = any(m.key != m.core_key for m in mentions)  # a titled form: resolve
+        # A titled form (its key is not its core's): resolve.
+        titled = any(map(ne, map(MENTION_KEY, mentions), map(MENTION_CORE_KEY, mentions)))
 
         def work(transaction: Transaction) -> tuple[list[Any], list[str]]:
             rows, possible = marked_rows(
@@ -314,7 +316,6 @@ class Reads(TurnHistory):
 
             return plain
         reads, turn_values = self._turn_reads(session_id, visible)
-
         counting = self.snippet_counts_work(session_id, visible)
 
         def work(transaction: Transaction) -> SessionStats:

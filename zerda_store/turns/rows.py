@@ -7,7 +7,6 @@ Builders give exactly the columns :func:`schema.insert_columns` derives from the
 
 from __future__ import annotations
 
-import itertools
 import operator
 from typing import Any, TypeVar
 
@@ -156,14 +155,19 @@ def recalled(
     all carry its name and type."""
     if visible is not None:
         rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
-    by_entity = {
-        key: list(group) for key, group in itertools.groupby(sorted(rows, key=_SAVED_ORDER), _KEY)
-    }
+    by_entity: dict[str, list[Any]] = {}
+    for row in rows:  # in any order: each entity's rows are put in order below
+        group = by_entity.get(row.name_key)
+        if group is None:
+            by_entity[row.name_key] = [row]
+        else:
+            group.append(row)
     found = []
     for key in unique:
         group = by_entity.get(key)
         if group is None:
             continue
+        group.sort(key=_SAVED_ORDER)
         texts = list(map(_TEXT, group))
         if visible is not None:
             texts = newest(texts, visible.keep_last(group[0].entity_type))
@@ -171,9 +175,8 @@ def recalled(
     return found
 
 
-# Each entity's rows together, oldest first.
-_SAVED_ORDER = operator.attrgetter("name_key", "turn_seq", "context_id")
-_KEY = operator.attrgetter("name_key")
+# An entity's rows, oldest first.
+_SAVED_ORDER = operator.attrgetter("turn_seq", "context_id")
 _TEXT = operator.attrgetter("text")
 
 

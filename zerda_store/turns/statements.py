@@ -9,7 +9,6 @@ transaction begins, so that nothing but the statements runs inside it.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -32,7 +31,6 @@ ROWS_PER_STATEMENT = 64
 # Keys recalled by one statement on SQLite (more take several); Postgres takes any number.
 RECALL_CHUNK = 32
 
-
 # Postgres: up to this many rows an INSERT sends VALUES, cheapest for a turn's few rows;
 # more go as one array per column, unnested in one statement whose text never changes
 # (psycopg parses a long VALUES statement on every call, and sends arrays in binary).
@@ -41,7 +39,6 @@ POSTGRES_VALUES_ROWS = 8
 ANY_ROWS = 0
 # What every row of one insert shares: sent once, not as an array.
 SHARED = ("session_id",)
-
 
 NEWEST_FIRST = (contexts.c.turn_seq.desc(), contexts.c.id.desc())
 ENTITY_SELECT = (
@@ -137,9 +134,8 @@ def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
     )
 
 
-@functools.cache
-def _key_names(count: int) -> tuple[str, ...]:
-    return tuple(f"key_{i}" for i in range(count))
+# The recall's key parameters, ``key_0`` …, as many as a statement takes.
+_KEY_NAMES = tuple(f"key_{i}" for i in range(RECALL_CHUNK))
 
 
 def _statement_sizes(count: int) -> list[int]:
@@ -284,14 +280,15 @@ def _insert_turn_once(insert: Any) -> Any:
 
 
 def _marked_turn() -> Any:
-    """SQLite: one turn (:func:`_insert_turn_once`, values named after the columns), which
-    returns the session's mark too (``resolution_possible``, read in the save's
-    transaction): a save whose mentions are their own cores skips resolution without it."""
+    """SQLite: one turn (:func:`_insert_turn_once`, values named after the columns) with the
+    session's mark (``resolution_possible``, an integer: no result processor), read in the
+    save's transaction: a save whose mentions are their own cores skips resolution."""
     columns = insert_columns(turns)
     insert = sqlite.insert(turns).values(
         {column: sa.bindparam(column, type_=turns.c[column].type) for column in columns}
     )
-    possible = resolution_possible(sa.bindparam("session_id", type_=turns.c.session_id.type))
+    session = sa.bindparam("session_id", type_=turns.c.session_id.type)
+    possible = sa.type_coerce(resolution_possible(session), sa.Integer)
     return _insert_turn_once(insert).returning(possible.label("resolution_possible"))
 
 
@@ -339,12 +336,13 @@ class TurnStatements(Statements):
         if self._arrays:
             values = {"session_id": session_id, "limit": limit, "keys": keys}
             return [(self._recall_statement(ANY_ROWS, aged), values)] if keys else []
-        batches = []
-        for start in range(0, len(keys), RECALL_CHUNK):
-            chunk = keys if len(keys) <= RECALL_CHUNK else keys[start : start + RECALL_CHUNK]
-            values = dict(zip(_key_names(len(chunk)), chunk, strict=True))
-            values["session_id"] = session_id
-            values["limit"] = limit
-            statement = self._recall_statement(len(chunk), aged, marked and not start)
-            batches.append((statement, values))
-        return batches
+        if len(keys) > RECALL_CHUNK:  # one statement per chunk, the first one marked
+            first, rest = keys[:RECALL_CHUNK], keys[RECALL_CHUNK:]
+            batches = self.recall_batches(session_id, first, limit, aged=aged, marked=marked)
+            return batches + self.recall_batches(session_id, rest, limit, aged=aged)
+        values = dict(zip(_KEY_NAMES, keys, strict=False))  # one name per key
+        values["session_id"] = session_id
+        values["limit"] = limit
+        shape = (len(keys), aged, marked)  # found without building a closure: every recall's
+        statement = self._per_count.get(shape) or self._recall_statement(*shape)
+        return [(statement, values)] if keys else []
