@@ -20,7 +20,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .model.names import MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
+from .model.names import MAX_NAME_LENGTH, MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
 from .model.templates import filler
 
 logger = logging.getLogger(__name__)
@@ -112,12 +112,14 @@ def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
     if not isinstance(response, str):
         raise TypeError(f"llm.{method} returned {type(response).__name__}, expected str")
     fragments = map(str.strip, response.replace("،", ",").split(","))
+    if len(response) > 4 * MAX_NAME_LENGTH:  # past what 100 tokens make: checked, not cached
+        return [ExtractedEntity(part) for part in fragments if len(part) > 2]
     return _Parsed([_parsed_entity(part) for part in fragments if len(part) > 2])
 
 
 class _Parsed(list):  # type: ignore[type-arg]
-    """Entities parsed here from a model's answer: names are ``str``, types unknown, so
-    :func:`_coerce` passes them on unchecked."""
+    """Entities parsed here from a model's usual answer: names are short ``str``, types
+    unknown, so :func:`_coerce` passes them on unchecked."""
 
 
 # An entity is immutable, and a CRM's assistant meets the same names again and again.
@@ -125,9 +127,8 @@ _parsed_entity = functools.lru_cache(maxsize=16384)(ExtractedEntity)
 
 
 async def extract_async(extractor: Extractor, text: str, executor: Executor | None) -> Any:
-    """Run an extractor from async code: its ``aextract`` (or an ``extract`` that is a
-    coroutine function) awaited on the event loop; a synchronous one on ``executor``'s
-    threads, never on the event loop itself."""
+    """Run an extractor from async code: an ``aextract`` (or a coroutine ``extract``)
+    awaited on the event loop; a synchronous one on ``executor``'s threads, never on it."""
     aextract = getattr(extractor, "aextract", None)
     if aextract is not None and getattr(extractor, "is_async", True):
         return await aextract(text)
@@ -229,14 +230,9 @@ def _storable(text: str, limit: int = MAX_TYPE_LENGTH) -> str:
     return escaped[:limit]
 
 
-@functools.lru_cache(maxsize=64)
-def _label(name: str) -> str:
-    """An extractor's name as the ledger stores it (extractors are few; names repeat)."""
-    return _storable(name)
-
-
-# A CRM's assistant meets the same few thousand names again and again.
-_acceptable_name = functools.lru_cache(maxsize=16384)(is_acceptable_name)
+# An extractor's name as the ledger stores it (extractors are few; names repeat).
+_label = functools.lru_cache(maxsize=64)(_storable)
+_acceptable_name = functools.lru_cache(maxsize=16384)(is_acceptable_name)  # for short names
 _NAME = operator.attrgetter("name")
 
 
@@ -314,7 +310,10 @@ class ExtractionService:
             entities = _coerce(found)
         except Exception as exc:
             return self._failed(name, exc, started)
-        if all(map(_acceptable_name, map(_NAME, entities))):
+        if (
+            type(entities) is _Parsed  # short names
+            or max(map(len, map(_NAME, entities)), default=0) <= MAX_NAME_LENGTH
+        ) and all(map(_acceptable_name, map(_NAME, entities))):
             kept = tuple(entities)
         else:
             kept = tuple(filter(self._acceptable, entities))
@@ -340,7 +339,7 @@ class ExtractionService:
 
     @staticmethod
     def _acceptable(entity: ExtractedEntity) -> bool:
-        if _acceptable_name(entity.name):
+        if len(entity.name) <= MAX_NAME_LENGTH and _acceptable_name(entity.name):
             return True
         logger.warning(
             "skipped an entity name of %d characters: too long or holds control characters",

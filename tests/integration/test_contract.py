@@ -430,6 +430,20 @@ def test_recall_blocks_are_header_then_contexts_and_joined_by_a_blank_line(make_
     assert recall(memory, "Nobody") == ""
 
 
+def test_a_recall_naming_more_entities_than_one_statement_carries_gives_them_all_in_order(
+    make_memory,
+):
+    names = [f"Client {number:02d}" for number in range(70)]  # SQLite: 32 keys a statement
+    memory = make_memory(KeywordLLM(names))
+    for name in names:
+        say(memory, f"{name} called", "noted")
+    asked = names[::-1]
+
+    assert recall(memory, " ".join(asked)) == "\n\n".join(
+        f"Previous information about {name}:\n{name} called noted" for name in asked
+    )
+
+
 # -- entities -----------------------------------------------------------------------------
 
 

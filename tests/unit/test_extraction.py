@@ -179,3 +179,34 @@ def test_a_missing_stanza_model_is_reported_with_the_command_that_fixes_it(monke
 def test_service_without_any_extractor_is_a_programming_error():
     with pytest.raises(ValueError):
         ExtractionService().extract("text")
+
+
+def test_what_the_per_name_caches_hold_is_bounded_by_length_too():
+    """A model that ignores max_tokens, or an extractor that returns huge names, must not
+    fill the per-name caches with long text: they are bounded by entries, so each entry
+    must be short for their memory to be bounded."""
+    from zerda_store import extraction
+
+    class Names:
+        name = "names"
+
+        def __init__(self, names: list[str]) -> None:
+            self.names = names
+
+        def extract(self, text: str) -> list[str]:
+            return self.names
+
+    extraction._parsed_entity.cache_clear()
+    extraction._acceptable_name.cache_clear()
+    huge = [f"{i:05d}" + "x" * 5_000 for i in range(40)]
+    service = ExtractionService()
+    answer = service.extract("t", LLMExtractor(FixedLLM(", ".join(huge))))
+    assert answer.status == "ok" and answer.entities == ()  # each name too long: skipped
+    returned = service.extract("t", Names([*huge, "Sarah"]))
+    assert [entity.name for entity in returned.entities] == ["Sarah"]
+    assert extraction._parsed_entity.cache_info().currsize == 0
+    assert extraction._acceptable_name.cache_info().currsize == 1  # "Sarah" alone
+
+    usual = service.extract("t", LLMExtractor(FixedLLM("Sarah, Acme Corp")))
+    assert [entity.name for entity in usual.entities] == ["Sarah", "Acme Corp"]
+    assert extraction._parsed_entity.cache_info().currsize == 2  # a model's usual answer

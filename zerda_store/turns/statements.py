@@ -333,9 +333,11 @@ class TurnStatements(Statements):
         ``RECALL_CHUNK`` keys on SQLite. ``aged``: the rows carry ``created_at`` too.
         ``marked`` (SQLite): the first statement also returns the session's mark
         (:func:`_recall_each_key`)."""
+        if not keys:
+            return []
         if self._arrays:
             values = {"session_id": session_id, "limit": limit, "keys": keys}
-            return [(self._recall_statement(ANY_ROWS, aged), values)] if keys else []
+            return [(self._recall_statement(ANY_ROWS, aged), values)]
         if len(keys) > RECALL_CHUNK:  # one statement per chunk, the first one marked
             first, rest = keys[:RECALL_CHUNK], keys[RECALL_CHUNK:]
             batches = self.recall_batches(session_id, first, limit, aged=aged, marked=marked)
@@ -344,5 +346,4 @@ class TurnStatements(Statements):
         values["session_id"] = session_id
         values["limit"] = limit
         shape = (len(keys), aged, marked)  # found without building a closure: every recall's
-        statement = self._per_count.get(shape) or self._recall_statement(*shape)
-        return [(statement, values)] if keys else []
+        return [(self._per_count.get(shape) or self._recall_statement(*shape), values)]
