@@ -141,3 +141,41 @@ def test_recall_and_recent_contexts_under_a_policy_read_the_same_index(
         if "count(" in statement.lower():  # the visible-snippet check of entity_store[name]
             continue
         assert_reads_index_newest_first(engine, statement, parameters)
+
+
+def test_an_export_right_after_a_bulk_write_is_planned_for_all_of_its_rows(
+    postgres_url: str,
+) -> None:
+    """Before autovacuum has given the tables statistics (right after an import), the
+    export's turns (joined to their ledger rows, read through a server-side cursor) must
+    not be planned for their first rows only: that plan joined each turn to every ledger
+    row of the session, quadratic in its turns (70,000 took tens of minutes)."""
+    from tests.doubles import driver_calls as calls
+    from zerda_store.admin import AdminRepository
+
+    memory = ConversationEntityMemory(
+        database_url=postgres_url, session_id="bulk", extractor=ListedNames()
+    )
+    engine = memory.store.engine
+    with engine.begin() as connection:
+        for table in ("turns", "entities", "contexts", "extractions"):
+            connection.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    memory.save_contexts(
+        ({"input": f"{HOT} | "}, {"output": f"turn {turn}"}) for turn in range(3_000)
+    )
+
+    with calls(engine) as sent:
+        records = list(AdminRepository(memory.store).export_session("bulk"))
+
+    assert sum(record["kind"] == "turn" for record in records) == 3_000
+    settings = [statement for statement, _ in sent if statement.upper().startswith("SET")]
+    [(query, parameters)] = [
+        (statement, parameters) for statement, parameters in sent if "JOIN extractions" in statement
+    ]
+    with engine.connect() as connection, connection.begin():
+        for setting in settings:
+            connection.exec_driver_sql(setting)
+        rows = connection.exec_driver_sql("EXPLAIN DECLARE export CURSOR FOR " + query, parameters)
+        plan = "\n".join(str(row[0]) for row in rows)
+    memory.close()
+    assert "Nested Loop" not in plan, plan  # the turns joined to the ledger by hash or merge

@@ -100,6 +100,12 @@ def export_session(
         .order_by(entity_aliases.c.id)
     )
     with store.query() as connection:
+        if store.dialect == "postgresql":
+            # Whole sessions are read: joined by hash or merge, not row by row. Before the
+            # tables have statistics (right after a large import) the planner takes a
+            # session for a few rows, and a nested loop then joined each turn to every
+            # ledger row of the session (quadratic: 70,000 turns took tens of minutes).
+            connection.exec_driver_sql("SET LOCAL enable_nestloop = off")
         streaming = connection.execution_options(yield_per=PAGE_SIZE)
         for kind, query in (
             ("turn", with_ledger),
