@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from tests.doubles import driver_calls
 from zerda_store import ConversationEntityMemory
+from zerda_store.admin import AdminRepository
 
 INDEX = "ix_contexts_entity_id_turn_seq_id"
 HOT = "Hot Account"
@@ -152,9 +153,6 @@ def test_an_export_right_after_a_bulk_write_is_planned_for_all_of_its_rows(
     on tables without statistics depends on its estimates: here (3,000 turns) one index
     lookup per turn; at 70,000 turns one that joined each turn to every ledger row of
     the session, quadratic (over ten minutes). The export rules both out."""
-    from tests.doubles import driver_calls as calls
-    from zerda_store.admin import AdminRepository
-
     memory = ConversationEntityMemory(
         database_url=postgres_url, session_id="bulk", extractor=ListedNames()
     )
@@ -166,7 +164,7 @@ def test_an_export_right_after_a_bulk_write_is_planned_for_all_of_its_rows(
         ({"input": f"{HOT} | "}, {"output": f"turn {turn}"}) for turn in range(3_000)
     )
 
-    with calls(engine) as sent:
+    with driver_calls(engine) as sent:
         records = list(AdminRepository(memory.store).export_session("bulk"))
 
     assert sum(record["kind"] == "turn" for record in records) == 3_000

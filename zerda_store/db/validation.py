@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import TypeGuard
 
 from ..model.names import is_acceptable_name
 from .schema import entities, max_integer, max_length, retention_policies, turns
@@ -25,14 +26,14 @@ MAX_SECONDS = 253_402_300_799.0
 
 def checked_text(value: object, what: str) -> str:
     """A value that can be stored as text on every backend, else TypeError/ValueError."""
+    if _is_plain(value):
+        return value
     if value is None:
         return ""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if "\x00" in value:
         raise ValueError(f"{what} contains a NUL character, which cannot be stored")
-    if value.isascii():  # known without reading the text: no surrogate in it
-        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -46,9 +47,14 @@ def mapping_text(mapping: object, key: str, argument: str) -> str:
             f"{argument} must be a mapping such as a dict, not {type(mapping).__name__}"
         )
     value = mapping.get(key)
-    if type(value) is str and value.isascii() and "\x00" not in value:
+    if _is_plain(value):
         return value  # every turn's case, passed without naming the argument
     return checked_text(value, f"{argument}[{key!r}]")
+
+
+def _is_plain(value: object) -> TypeGuard[str]:
+    """A str of ASCII without NUL: storable, known without reading it for surrogates."""
+    return type(value) is str and value.isascii() and "\x00" not in value
 
 
 def checked_session_id(value: object) -> str:

@@ -25,7 +25,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..model.names import EXACT, KEY_RULES, UNKNOWN_TYPE, KeyRules, fold_v2_text, word_case
-from ..model.records import Mention
+from ..model.records import MENTION_KEY, Mention
 
 # Leading titles, as fold-v2 spells them, by class: two titles of one class are one title.
 _TITLE_CLASSES = {
@@ -111,7 +111,7 @@ def mentions_in(entities: Sequence[Any], rules: KeyRules) -> list[Mention]:
     ``entity_type``), in extraction order: the first form of the name, and the first type
     known for it; a name with an empty key is left out."""
     found = list(map(_mention_of, map(_NAME, entities), repeat(rules.name), map(_TYPE, entities)))
-    keys = set(map(_KEY, found))
+    keys = set(map(MENTION_KEY, found))
     if len(keys) == len(found) and "" not in keys:
         return found  # a key each: every turn's case, made in C
     mentions: dict[str, Mention] = {}
@@ -127,7 +127,6 @@ def mentions_in(entities: Sequence[Any], rules: KeyRules) -> list[Mention]:
 
 _NAME = attrgetter("name")
 _TYPE = attrgetter("entity_type")
-_KEY = attrgetter("key")
 
 
 @functools.lru_cache(maxsize=16384)
