@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from operator import ne
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..model.names import FOLD_V1, KEY_RULES, KeyRules
 from ..model.records import MENTION_CORE_KEY, MENTION_KEY, EntityRecord, Mention, SessionStats
 from ..retention.policy import Visibility
 from .history import PAGE_SIZE, TurnHistory
-from .resolving_recall import ResolvingRecall, marked_rows, split_rows
+from .resolving_recall import ResolvingRecall, marked_rows, resolved
 from .rows import entity_record, newest, recalled
 from .statements import TurnStatements
 
@@ -117,20 +118,13 @@ class Reads(TurnHistory):
                 return lambda transaction: (transaction.run_all(first), own)
             statement, values = first[0] if first else (None, None)
             return OneStatement(statement, values, lambda rows: (rows, own))
-        resolving = self._resolving.statement(aged)
-
-        def resolved(rows: list[Any]) -> tuple[list[Any], list[str]]:
-            rows, candidates = split_rows(rows)
-            targets = resolver.targets_among(candidates, mentions)
-            keys = (targets[m.key].key if m.key in targets else m.key for m in mentions)
-            wanted = dict.fromkeys(keys)  # in order, once each
-            return [row for row in rows if row.name_key in wanted], list(wanted)
-
         if not mentions:
             return OneStatement(None, None, lambda _rows: ([], []))
         if self.store.dialect != "sqlite":
             values = ResolvingRecall.values(session_id, mentions, limit)
-            return OneStatement(resolving, values, resolved)
+            return OneStatement(
+                self._resolving.statement(aged), values, partial(resolved, resolver, mentions)
+            )
         # A titled form (its key is not its core's): resolve.
         titled = any(map(ne, map(MENTION_KEY, mentions), map(MENTION_CORE_KEY, mentions)))
 
@@ -141,7 +135,8 @@ class Reads(TurnHistory):
             if not (possible or titled) or {row.name_key for row in rows} >= set(own):
                 return rows, own  # nothing to resolve, or every key names an entity
             values = ResolvingRecall.values(session_id, mentions, limit)
-            return resolved(transaction.run(resolving, values))
+            rows = transaction.run(self._resolving.statement(aged), values)
+            return resolved(resolver, mentions, rows)
 
         return work
 

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Dialect
 
 from ..db.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, entity_aliases
+from ..identity.resolution import Resolver
 from ..identity.statements import candidates_select
 from ..model.records import Mention
 from .statements import _recall_lateral, recalled_entity
@@ -144,6 +145,19 @@ def split_rows(rows: list[Any]) -> tuple[list[Any], list[CandidateRow]]:
         if row.context_id is None
     ]
     return snippets, candidates
+
+
+def resolved(
+    resolver: Resolver, mentions: Sequence[Mention], rows: list[Any]
+) -> tuple[list[Any], list[str]]:
+    """What a resolving recall's ``rows`` hold for ``mentions``: the snippet rows of the
+    entities they name once resolved (aliases, titled forms), and those entities' keys in
+    the order of the mentions, once each."""
+    rows, candidates = split_rows(rows)
+    targets = resolver.targets_among(candidates, mentions)
+    keys = (targets[m.key].key if m.key in targets else m.key for m in mentions)
+    wanted = dict.fromkeys(keys)  # in order, once each
+    return [row for row in rows if row.name_key in wanted], list(wanted)
 
 
 def marked_rows(rows: list[Any]) -> tuple[list[Any], bool]:
