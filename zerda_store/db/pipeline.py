@@ -37,7 +37,7 @@ def write_pipelined(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list
     serialization failure."""
     store.check_writable()
     prepared = [(statement, statement.parameters(values)) for statement, values in steps]
-    return _with_retries(store, lambda: _attempt(store, prepared), retryable_write)
+    return _with_retries(store, retryable_write, _attempt, store, prepared)
 
 
 def _open_connection(store: Store) -> Any:

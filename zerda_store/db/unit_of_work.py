@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
@@ -24,7 +24,6 @@ from sqlalchemy.exc import DBAPIError
 
 from .driver import CompiledStatement, Cursor, Runnable, compile_statement
 from .failures import (
-    WRITE_ATTEMPTS,
     Described,
     LostCommit,
     backoff,
@@ -37,6 +36,7 @@ logger = logging.getLogger("zerda_store.unit_of_work")
 
 T = TypeVar("T")
 S = TypeVar("S")
+P = ParamSpec("P")
 # The first key of the session locks (advisory locks with two int4 keys, a key space apart
 # from the migrations' one bigint key); the second is the session id's hash.
 SESSION_LOCK_NAMESPACE = 0x7A657273
@@ -123,12 +123,9 @@ def write(
     the COMMIT itself is not retried: the server may have committed. ``before_commit`` runs
     right before COMMIT is sent; whatever it raises rolls the transaction back."""
     locked_work = locked(store, work, lock)
+    # write=True, snapshot=False, given by position: keywords would cost a dict a unit.
     return _with_retries(
-        store,
-        lambda: attempt(
-            store, locked_work, write=True, snapshot=False, before_commit=before_commit
-        ),
-        retryable_write,
+        store, retryable_write, attempt, store, locked_work, True, False, before_commit
     )
 
 
@@ -137,9 +134,8 @@ def read(store: Database, work: Callable[[Transaction], T], *, snapshot: bool = 
     single statement sees one snapshot by itself; on Postgres this saves BEGIN and COMMIT);
     with it, every statement sees the same snapshot. Run again on a fresh connection if the
     pooled one turned out dead."""
-    return _with_retries(
-        store, lambda: attempt(store, work, write=False, snapshot=snapshot), retryable_read
-    )
+    # write=False, snapshot: by position, as in write().
+    return _with_retries(store, retryable_read, attempt, store, work, False, snapshot)
 
 
 def locked(
@@ -160,17 +156,25 @@ def locked(
 
 
 def _with_retries(
-    store: Database, attempt: Callable[[], T], retryable: Callable[[DBAPIError], bool]
+    store: Database,
+    retryable: Callable[[DBAPIError], bool],
+    attempt: Callable[P, T],
+    *arguments: P.args,
+    **keywords: P.kwargs,
 ) -> T:
-    for number in range(1, WRITE_ATTEMPTS + 1):
+    """``attempt(*arguments, **keywords)``, run again while ``retryable`` allows, backing off
+    between attempts; the function is called directly, not through a closure made for each
+    unit of work. At the last of ``WRITE_ATTEMPTS`` :func:`failures.failure` raises."""
+    number = 1
+    while True:
         try:
-            return attempt()
+            return attempt(*arguments, **keywords)
         except (LostCommit, DBAPIError) as exc:
             raised = failure(store, exc, number, retryable)
             if raised is not None:
                 raise raised from raised.__cause__
         time.sleep(backoff(number))
-    raise AssertionError("unreachable")
+        number += 1
 
 
 def _begin(cursor: Cursor, dialect: str, *, write: bool, snapshot: bool) -> None:
@@ -213,7 +217,6 @@ class Database(Connections, Described, Protocol):
 def attempt(
     connections: Connections,
     work: Callable[[Transaction], T],
-    *,
     write: bool,
     snapshot: bool,
     before_commit: Callable[[], None] | None = None,
@@ -232,9 +235,10 @@ def attempt(
     try:
         if autocommit:
             connection.dbapi_connection.autocommit = True
-        cursor = connection.cursor()
+        cursor = connection.dbapi_connection.cursor()
         driver = Cursor(dialect, cursor)
-        _begin(driver, connections.dialect, write=write, snapshot=snapshot)
+        if write or snapshot:
+            _begin(driver, connections.dialect, write=write, snapshot=snapshot)
         result = work(Transaction(driver))
         if write:
             if before_commit is not None:
@@ -288,7 +292,8 @@ def _give_back(
         if autocommit and connection.is_valid:
             connection.dbapi_connection.autocommit = False
     except Exception as exc:
-        connection.invalidate(exc)
+        if connection.is_valid:  # not dropped already as lost (a warning if it were)
+            connection.invalidate(exc)
         clean = False
     connections.give_back(connection, reusable=clean and connection.is_valid)
 
