@@ -227,3 +227,23 @@ class Cursor:
     def execute_sql(self, sql: str) -> None:
         """Run a fixed statement with no parameters (transaction control)."""
         self._dialect.do_execute(self._cursor, sql, (), None)
+
+
+# Where a psycopg connection's one cursor is kept: in its pool record's ``info``, which
+# the pool clears when it replaces the driver connection.
+_KEPT_CURSOR = "zerda_store.cursor"
+
+
+def kept_cursor(connection: Any) -> Any:
+    """The one cursor of a pooled psycopg connection, for every unit of work it runs, never
+    closed: a new cursor makes its adapters anew (the dumpers of the parameters' types, the
+    loaders of the columns'), about a seventh of a recall's or a save's CPU on the client
+    (``docs/performance.md``). It holds the last statement's rows until the next one.
+    (sqlite3's cursors cost little to make, and one left unfinished keeps a read open: a
+    SQLite unit of work makes its own.)"""
+    dbapi_connection = connection.dbapi_connection
+    info = connection.info
+    cursor = info.get(_KEPT_CURSOR)
+    if cursor is None or cursor.closed or cursor.connection is not dbapi_connection:
+        cursor = info[_KEPT_CURSOR] = dbapi_connection.cursor()
+    return cursor

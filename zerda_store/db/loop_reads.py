@@ -23,7 +23,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .driver import Runnable, named_rows
+from .driver import Runnable, kept_cursor, named_rows
 from .pipeline import closed_by_server
 from .unit_of_work import OneStatement
 
@@ -52,7 +52,7 @@ async def read(store: Store, work: OneStatement[T]) -> T:
         if closed_by_server(driver_connection):
             connection.invalidate()
         else:
-            rows = await _rows(wait, driver_connection, dialect, statement, work.values)
+            rows = await _rows(wait, connection, dialect, statement, work.values)
     except dialect.loaded_dbapi.Error as exc:
         connection.invalidate(exc)
     except BaseException:
@@ -77,18 +77,16 @@ def _wait_async() -> Callable[..., Awaitable[Any]] | None:
 
 async def _rows(
     wait: Callable[..., Awaitable[Any]],
-    driver_connection: Any,
+    connection: Any,
     dialect: Any,
     statement: Runnable,
     values: Any,
 ) -> list[Any]:
+    driver_connection = connection.dbapi_connection
     driver_connection.autocommit = True
-    cursor = driver_connection.cursor()
-    try:
-        execution = cursor._execute_gen(statement.sql, statement.parameters(values))
-        await wait(execution, driver_connection.pgconn.socket, interval=_WAIT_INTERVAL)
-        rows = named_rows(dialect, statement, cursor)
-    finally:
-        cursor.close()
+    cursor = kept_cursor(connection)
+    execution = cursor._execute_gen(statement.sql, statement.parameters(values))
+    await wait(execution, driver_connection.pgconn.socket, interval=_WAIT_INTERVAL)
+    rows = named_rows(dialect, statement, cursor)
     driver_connection.autocommit = False
     return rows

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CommitOutcomeUnknownError
 from .driver import Runnable, named_rows
 from .failures import failure, retryable_write
-from .pipeline import closed_by_server
+from .pipeline import closed_by_server, step_cursors
 from .unit_of_work import _give_back, driver_failure
 from .unit_of_work_aio import cancelled_after_commit
 
@@ -151,8 +151,8 @@ class _Sending:
             driver_connection, _no_lock=True
         )
         wait(self.pipeline._enter_gen(), socket, interval=_WAIT_INTERVAL)
-        for statement, parameters in self.steps:
-            self.cursors.append(cursor := driver_connection.cursor())
+        self.cursors = step_cursors(self.connection, len(self.steps))
+        for cursor, (statement, parameters) in zip(self.cursors, self.steps, strict=True):
             wait(cursor._execute_gen(statement.sql, parameters), socket, interval=_WAIT_INTERVAL)
         self.pipeline._enqueue_sync()
         wait(self.pipeline._communicate_gen(), socket, interval=_WAIT_INTERVAL)
@@ -210,6 +210,6 @@ class _Sending:
             driver_connection._pipeline = None
 
     def _give_back(self, *, clean: bool) -> None:
-        for cursor in self.cursors:
+        for cursor in self.cursors[:-1]:  # the last is the connection's own
             cursor.close()
         _give_back(self.store, self.connection, None, True, clean)

@@ -18,7 +18,7 @@ import select
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .driver import Runnable, named_rows
+from .driver import Runnable, kept_cursor, named_rows
 from .failures import retryable_write
 from .unit_of_work import _give_back, _with_retries, driver_failure
 
@@ -61,6 +61,14 @@ def closed_by_server(driver_connection: Any) -> bool:
     return bool(readable)
 
 
+def step_cursors(connection: Any, count: int) -> list[Any]:
+    """A cursor for each of a pipeline's ``count`` steps: the last step's rows are read, on
+    the connection's own cursor (:func:`driver.kept_cursor`); each other step gets one of
+    its own, to close once the pipeline is answered."""
+    others = [connection.dbapi_connection.cursor() for _ in range(count - 1)]
+    return [*others, kept_cursor(connection)]
+
+
 def _attempt(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
     dialect = store.engine.dialect
     connection = _open_connection(store)
@@ -74,9 +82,8 @@ def _attempt(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
         sending = True
         with driver_connection.pipeline():
             try:
-                for statement, parameters in steps:
-                    cursor = driver_connection.cursor()
-                    cursors.append(cursor)
+                cursors = step_cursors(connection, len(steps))
+                for cursor, (statement, parameters) in zip(cursors, steps, strict=True):
                     dialect.do_execute(cursor, statement.sql, parameters, None)
             except BaseException:
                 # Never let the pipeline's exit send the sync (which would commit what

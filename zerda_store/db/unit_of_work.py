@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
-from .driver import CompiledStatement, Cursor, Runnable, compile_statement
+from .driver import CompiledStatement, Cursor, Runnable, compile_statement, kept_cursor
 from .failures import (
     Described,
     LostCommit,
@@ -229,13 +229,14 @@ def attempt(
     dialect = connections.engine.dialect
     connection = connections.borrow()
     cursor = None
-    autocommit = not write and not snapshot and connections.dialect == "postgresql"
+    postgres = connections.dialect == "postgresql"
+    autocommit = postgres and not write and not snapshot
     committing = False
     clean = False
     try:
         if autocommit:
             connection.dbapi_connection.autocommit = True
-        cursor = connection.dbapi_connection.cursor()
+        cursor = kept_cursor(connection) if postgres else connection.dbapi_connection.cursor()
         driver = Cursor(dialect, cursor)
         if write or snapshot:
             _begin(driver, connections.dialect, write=write, snapshot=snapshot)
@@ -285,9 +286,10 @@ def _give_back(
 ) -> None:
     """Give a driver-level connection back: kept for the next unit of work if the attempt
     left no transaction open, else to the pool, which rolls back whatever is left; one that
-    cannot be reset is dropped instead."""
+    cannot be reset is dropped instead. A SQLite unit's cursor is closed (a Postgres one's
+    is the connection's own: :func:`driver.kept_cursor`)."""
     try:
-        if cursor is not None:
+        if cursor is not None and connections.dialect == "sqlite":
             cursor.close()
         if autocommit and connection.is_valid:
             connection.dbapi_connection.autocommit = False
