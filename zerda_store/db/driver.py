@@ -236,11 +236,13 @@ _KEPT_CURSOR = "zerda_store.cursor"
 
 def kept_cursor(connection: Any) -> Any:
     """The one cursor of a pooled psycopg connection, for every unit of work it runs, never
-    closed: a new cursor makes its adapters anew (the dumpers of the parameters' types, the
-    loaders of the columns'), about a seventh of a recall's or a save's CPU on the client
-    (``docs/performance.md``). It holds the last statement's rows until the next one.
-    (sqlite3's cursors cost little to make, and one left unfinished keeps a read open: a
-    SQLite unit of work makes its own.)"""
+    closed. A new cursor copies the connection's map of adapters, and its first statement
+    builds a transformer (the dumpers of the parameters' types, the loaders of the
+    columns'); a kept one does the first never again, and the second only when a statement
+    is not the one it ran last: about a seventh of a recall's or a save's instructions on
+    the client (``docs/performance.md``). It holds the last statement's rows until the
+    next one. (sqlite3's cursors cost little to make, and one left unfinished keeps a read
+    open: a SQLite unit of work makes its own.)"""
     dbapi_connection = connection.dbapi_connection
     info = connection.info
     cursor = info.get(_KEPT_CURSOR)
