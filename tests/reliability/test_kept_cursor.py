@@ -53,7 +53,7 @@ def test_sync_reads_make_no_cursor_and_a_save_makes_one_for_its_lock(
         _save(memory, 0)
         memory.load_memory_variables({"input": "Sarah Chen?"})  # every statement compiled
         made = MadeCursors(monkeypatch)
-        for number in range(1, 4):
+        for _ in range(3):
             recalled = memory.load_memory_variables({"input": "How is Sarah Chen?"})
             assert RECALLED in recalled["entity_info"]
         assert len(made) == 0
@@ -79,9 +79,7 @@ def test_async_calls_use_the_connections_own_cursors(
             for number in range(count):
                 recalled = await memory.aload_memory_variables({"input": "Sarah Chen?"})
                 answers.append(recalled["entity_info"])
-                await memory.asave_context(
-                    {"input": f"{RECALLED} ({number})"}, {"output": "ok"}
-                )
+                await memory.asave_context({"input": f"{RECALLED} ({number})"}, {"output": "ok"})
             return answers
 
         asyncio.run(turns(2))  # warm: statements compiled, connections kept
