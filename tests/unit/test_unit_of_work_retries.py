@@ -71,3 +71,13 @@ def test_any_other_driver_error_is_not_run_again(store: Store, call: str) -> Non
         getattr(unit_of_work, call)(store, work)
     assert len(runs) == 1
     assert store.connections_in_use() == 0
+
+
+def test_no_unit_of_work_runs_past_its_last_attempt(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(unit_of_work, "failure", lambda *_args: None)  # "run it again", always
+    work, runs = _failing(WRITE_ATTEMPTS + 1, sqlite3.ProgrammingError(LOST))
+    with pytest.raises(AssertionError, match="past its last attempt"):
+        unit_of_work.read(store, work)
+    assert len(runs) == WRITE_ATTEMPTS

@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .driver import CompiledStatement, Cursor, Runnable, compile_statement, kept_cursor
 from .failures import (
+    WRITE_ATTEMPTS,
     Described,
     LostCommit,
     backoff,
@@ -162,9 +163,9 @@ def _with_retries(
     *arguments: P.args,
     **keywords: P.kwargs,
 ) -> T:
-    """``attempt(*arguments, **keywords)``, run again while ``retryable`` allows, backing off
-    between attempts; the function is called directly, not through a closure made for each
-    unit of work. At the last of ``WRITE_ATTEMPTS`` :func:`failures.failure` raises."""
+    """``attempt(*arguments, **keywords)``, run again while ``retryable`` allows, at most
+    ``WRITE_ATTEMPTS`` times in all, backing off between attempts; the function is called
+    directly, not through a closure made for each unit of work."""
     number = 1
     while True:
         try:
@@ -173,6 +174,8 @@ def _with_retries(
             raised = failure(store, exc, number, retryable)
             if raised is not None:
                 raise raised from raised.__cause__
+            if number >= WRITE_ATTEMPTS:  # failure() gives up there: never run past it
+                raise AssertionError("a unit of work ran past its last attempt") from exc
         time.sleep(backoff(number))
         number += 1
 
