@@ -19,6 +19,7 @@ from zerda_store.db.multirow import (
     unnested_rows,
 )
 from zerda_store.db.schema import contexts, entities, extractions, insert_columns, turns
+from zerda_store.db.sql import NameList
 from zerda_store.turns.statements import _statement_sizes
 
 TABLES = {"turns": turns, "entities": entities, "contexts": contexts, "outcomes": extractions}
@@ -75,6 +76,20 @@ def test_json_values_are_encoded_in_their_column_only() -> None:
         row["entity_names"] for row in rows
     ]
     assert parameters[columns.index("input_text")] == rows[0]["input_text"]
+
+
+def test_a_name_list_binds_the_text_the_json_type_would() -> None:
+    rng = random.Random(7)
+    letters = ["a", "Z", " ", '"', "\\", "\n", "\x01", "é", "ش", "🙂", "\u2028", "/", "،"]
+    as_json = turns.c.entity_names.type.dialect_impl(sqlite.dialect()).bind_processor(
+        sqlite.dialect()
+    )
+    name_list = NameList().bind_processor(sqlite.dialect())
+    for _ in range(2000):
+        names = [
+            "".join(rng.choices(letters, k=rng.randint(0, 6))) for _ in range(rng.randint(0, 4))
+        ]
+        assert name_list(names) == as_json(names) == json.dumps(names)
 
 
 def test_literals_fill_their_places_in_positional_parameters() -> None:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Dialect
 from ..db.driver import Runnable
 from ..db.multirow import compile_columns, compile_rows, row_placeholders, unnested_rows
 from ..db.schema import contexts, entities, extractions, in_same_session, insert_columns, turns
-from ..db.sql import Statements, dialect_insert
+from ..db.sql import NameList, Statements, dialect_insert
 from ..db.unit_of_work import Transaction
 from ..identity.statements import resolution_possible
 from ..model.names import UNKNOWN_TYPE
@@ -283,9 +283,10 @@ def _marked_turn() -> Any:
     """SQLite: one turn (:func:`_insert_turn_once`, values named after the columns) with the
     session's mark (``resolution_possible``, an integer: no result processor), read in the
     save's transaction: a save whose mentions are their own cores skips resolution."""
-    columns = insert_columns(turns)
+    types = {column: turns.c[column].type for column in insert_columns(turns)}
+    types["entity_names"] = NameList()
     insert = sqlite.insert(turns).values(
-        {column: sa.bindparam(column, type_=turns.c[column].type) for column in columns}
+        {column: sa.bindparam(column, type_=type_) for column, type_ in types.items()}
     )
     session = sa.bindparam("session_id", type_=turns.c.session_id.type)
     possible = sa.type_coerce(resolution_possible(session), sa.Integer)
