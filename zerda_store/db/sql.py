@@ -32,8 +32,8 @@ def param(name: str, type_: Any = sa.BigInteger) -> Any:
 class NameList(sa.types.UserDefinedType[Sequence[str]]):
     """A parameter that binds a list of names as the text ``json.dumps`` makes of it, the
     text a JSON column holds on SQLite, joined in C: the JSON type's own processor runs
-    ``json.dumps`` and its encoder's Python, about 120 of the 2,900 bytecodes of a SQLite
-    save (``docs/performance.md``)."""
+    ``json.dumps`` and its encoder's Python, 132 of the 2,873 bytecodes of a SQLite save
+    (``docs/performance.md``)."""
 
     cache_ok = True
 
