@@ -1,5 +1,5 @@
-"""Recent snippets are read through the contexts index led by entity_id, newest first, and
-the read stops at the limit: no table scan and no sort, so its cost does not grow with the
+"""Recent snippets are read through a contexts index of the entity's snippets by recency
+(led by session and entity, or by entity alone), newest first, and the read stops at the limit: no table scan and no sort, so its cost does not grow with the
 table or with the entity's history.
 
 The store holds 20,000 snippets (2,000 turns of 10 entities, one of them in every turn) and
@@ -20,7 +20,8 @@ from tests.doubles import driver_calls
 from zerda_store import ConversationEntityMemory
 from zerda_store.admin import AdminRepository
 
-INDEX = "ix_contexts_entity_id_turn_seq_id"
+# The indexes that hold an entity's snippets in recency order (revision 0010 added the first).
+INDEXES = ("ix_contexts_session_id_entity_id_turn_seq_id", "ix_contexts_entity_id_turn_seq_id")
 HOT = "Hot Account"
 OTHERS = [f"Contact {n:03d}" for n in range(199)]
 TURNS = 2_000
@@ -86,11 +87,12 @@ def plan_of(engine: sa.Engine, statement: str, parameters: Any) -> str:
 def assert_reads_index_newest_first(engine: sa.Engine, statement: str, parameters: Any) -> None:
     plan = plan_of(engine, statement, parameters)
     if engine.dialect.name == "sqlite":
-        assert f"USING INDEX {INDEX}" in plan or f"USING COVERING INDEX {INDEX}" in plan, plan
+        used = (f"USING {kind}INDEX {index} " for kind in ("", "COVERING ") for index in INDEXES)
+        assert any(using in plan for using in used), plan
         assert "USE TEMP B-TREE" not in plan, plan
         assert "SCAN contexts" not in plan, plan
     else:
-        assert f"Index Scan Backward using {INDEX}" in plan, plan
+        assert any(f"Index Scan Backward using {index} " in plan for index in INDEXES), plan
         assert "Sort" not in plan, plan
         assert "Seq Scan on contexts" not in plan, plan
 

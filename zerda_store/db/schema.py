@@ -185,8 +185,12 @@ contexts = sa.Table(
     # retention measures a snippet's age on. Informational otherwise, never an order.
     # The default (now) serves the previous release, which does not write it.
     sa.Column("created_at", sa.Double(), nullable=False, server_default=EpochNow()),
+    # An entity's newest snippets, as every read of them names them: by session and entity,
+    # read backwards and cut at the limit, whatever the statistics say (revision 0010). It
+    # serves the reads of a session's snippets too.
+    sa.Index(None, "session_id", "entity_id", "turn_seq", "id"),
+    # The same by entity alone: the SQLite statements' and the previous release's.
     sa.Index(None, "entity_id", "turn_seq", "id"),
-    sa.Index(None, "session_id"),
     # Also the index of the foreign key to turns, whose cascade asks for both columns.
     sa.Index(None, "turn_id", "session_id"),
     *by_session("entity_id", "entities"),
