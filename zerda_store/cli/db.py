@@ -1,5 +1,6 @@
-"""``db distribute``, thin over :mod:`distribution`; ``db rekey``, thin over
-:mod:`identity.rekeying`; ``db contract``, thin over :mod:`db.contract`; and what ``db upgrade`` and ``db rekey`` say about the data they
+"""``db distribute``, thin over :mod:`distribution`; ``db grant``, thin over
+:mod:`db.roles`; ``db rekey``, thin over :mod:`identity.rekeying`; ``db contract``, thin
+over :mod:`db.contract`; and what ``db upgrade`` and ``db rekey`` say about the data they
 changed (registered on the ``db`` group by :mod:`cli.main`)."""
 
 from __future__ import annotations
@@ -161,3 +162,57 @@ def contract(obj: Context, as_json: bool) -> None:
             print_text(f"dropped the default of {column} (kept for the previous release)")
     else:
         click.echo("nothing to contract: no default of the previous release is left")
+
+
+@click.command("grant")
+@click.option(
+    "--service",
+    metavar="ROLE",
+    help="The role the application runs as: reads and writes the memory's rows, never "
+    "changes the schema.",
+)
+@click.option(
+    "--inspector", metavar="ROLE", help="A role that reads the tables and views, never writes."
+)
+@click.option(
+    "--create", is_flag=True, help="Create the roles that do not exist, NOLOGIN (needs CREATEROLE)."
+)
+@click.option("--dry-run", is_flag=True, help="Print the statements; change nothing.")
+@json_option
+@click.pass_obj
+def grant(
+    obj: Context,
+    service: str | None,
+    inspector: str | None,
+    create: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Grant a service role and an inspection role what they need on zerda_store's tables,
+    views and sequences, now and (default privileges) on what later upgrades create (Postgres;
+    run as the tables' owner; running it again changes nothing). --json prints {"dry_run",
+    "schema", "owner", "service", "inspector", "created", "statements", "warnings"}."""
+    from ..db import roles
+
+    if dry_run:
+        done = roles.plan(
+            obj.open(reading=True), service=service, inspector=inspector, create=create
+        )
+    else:
+        done = roles.grant(obj.store, service=service, inspector=inspector, create=create)
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, **asdict(done)}))
+        return
+    for statement in done.statements:
+        print_text(f"{statement};" if dry_run else f"ran: {statement}")
+    for warning in done.warnings:
+        print_text(f"{'-- ' if dry_run else ''}warning: {warning}")
+    if not dry_run:
+        granted = [
+            f"{kind} {role}"
+            for kind, role in (("service", service), ("inspector", inspector))
+            if role
+        ]
+        click.echo(
+            f"granted on schema {done.schema} (owner {done.owner}) to {' and '.join(granted)}"
+        )

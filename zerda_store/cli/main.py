@@ -25,7 +25,7 @@ from .common import (
     session_option,
     when,
 )
-from .db import contract, distribute, print_rekeyed, print_upgrade, rekey
+from .db import contract, distribute, grant, print_rekeyed, print_upgrade, rekey
 from .extraction import models, reextract
 from .identity import alias, merge, merges, similar, unmerge
 from .retention import prune, retention
@@ -90,7 +90,7 @@ def db() -> None:
     """Manage the database schema (Alembic migrations)."""
 
 
-for db_command in (distribute, db_downgrade, db_current, db_check, rekey, contract):
+for db_command in (distribute, db_downgrade, db_current, db_check, rekey, contract, grant):
     db.add_command(db_command)
 
 

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
-from ..errors import SchemaNotCurrentError
+from ..errors import PermissionDeniedError, SchemaNotCurrentError
 from .engine import Store
+from .failures import is_permission_denied
 from .migration_lock import alembic_connection, locked_connection
 from .settings import SQLITE_BUSY_TIMEOUT_MS
 from .survey import (
@@ -157,7 +160,7 @@ def upgrade(
         raise unknown_revision_error(store, found)
     from alembic import command
 
-    with locked_connection(store, per_revision=True) as connection:
+    with _owner_only(store), locked_connection(store, per_revision=True) as connection:
         if store.schema is not None:
             _create_postgres_schema(connection, store.schema)
         config = alembic_config(connection)
@@ -172,6 +175,24 @@ def upgrade(
                 report.clear()
             raise
     return report
+
+
+@contextmanager
+def _owner_only(store: Store) -> Iterator[None]:
+    """Turn a missing privilege during a schema change into the error that says whose change
+    it is: a service role (see ``zerda-store db grant``) cannot make it, the owner can."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if exc.orig is None or not is_permission_denied(exc.orig):
+            raise
+        schema = f" --schema {store.schema}" if store.schema else ""
+        raise PermissionDeniedError(
+            f"the role {store.url.username} of {store.location} cannot change the schema "
+            f"({store.describe(exc)}): schema changes are made by the owner of zerda_store's "
+            f"tables: have the owner run `zerda-store --database-url OWNER_URL{schema} db "
+            "upgrade` (open this role's stores with auto_migrate=False)"
+        ) from None
 
 
 def _schema_chosen(store: Store) -> bool:
