@@ -252,6 +252,10 @@ def test_service_role_cannot_change_the_schema(granted: Roles):
     refused(url, f"TRUNCATE {turns}")
     refused(url, "CREATE SCHEMA spare")
     refused(url, f"UPDATE {in_schema(granted, 'alembic_version')} SET version_num = 'x'")
+    for command in (("db", "contract"), ("db", "downgrade", "base", "--yes")):
+        line = one_line_error(granted.cli(granted.service, *command))
+        assert f"the role {granted.service} of " in line
+        assert "cannot change the schema" in line and " ".join(command[:2]) in line
 
 
 def test_upgrade_under_the_service_role_says_the_owner_runs_it(

@@ -160,7 +160,10 @@ def upgrade(
         raise unknown_revision_error(store, found)
     from alembic import command
 
-    with _owner_only(store), locked_connection(store, per_revision=True) as connection:
+    with (
+        _owner_only(store, "db upgrade"),
+        locked_connection(store, per_revision=True) as connection,
+    ):
         if store.schema is not None:
             _create_postgres_schema(connection, store.schema)
         config = alembic_config(connection)
@@ -178,7 +181,7 @@ def upgrade(
 
 
 @contextmanager
-def _owner_only(store: Store) -> Iterator[None]:
+def _owner_only(store: Store, command: str) -> Iterator[None]:
     """Turn a missing privilege during a schema change into the error that says whose change
     it is: a service role (see ``zerda-store db grant``) cannot make it, the owner can."""
     try:
@@ -187,11 +190,12 @@ def _owner_only(store: Store) -> Iterator[None]:
         if exc.orig is None or not is_permission_denied(exc.orig):
             raise
         schema = f" --schema {store.schema}" if store.schema else ""
+        then = " (open this role's stores with auto_migrate=False)" if "upgrade" in command else ""
         raise PermissionDeniedError(
             f"the role {store.url.username} of {store.location} cannot change the schema "
             f"({store.describe(exc)}): schema changes are made by the owner of zerda_store's "
-            f"tables: have the owner run `zerda-store --database-url OWNER_URL{schema} db "
-            "upgrade` (open this role's stores with auto_migrate=False)"
+            f"tables: have the owner run `zerda-store --database-url OWNER_URL{schema} "
+            f"{command}`{then}"
         ) from None
 
 
@@ -258,14 +262,15 @@ def contract(store: Store) -> list[str]:
     while entities that ``db rekey`` would re-key remain (see :mod:`.contract`)."""
     from .contract import contract as drop_compatibility_defaults
 
-    return drop_compatibility_defaults(store, head_revision(), require_store_database(store))
+    with _owner_only(store, "db contract"):
+        return drop_compatibility_defaults(store, head_revision(), require_store_database(store))
 
 
 def downgrade(store: Store, revision: str) -> None:
     """Downgrade the schema to ``revision`` ("base" drops every table)."""
     from alembic import command
 
-    with locked_connection(store) as connection:
+    with _owner_only(store, f"db downgrade {revision}"), locked_connection(store) as connection:
         from alembic.runtime.migration import MigrationContext
 
         refuse_interrupted_identity(
