@@ -341,6 +341,20 @@ def test_grant_prints_what_it_ran_and_running_it_again_changes_nothing(roles: Ro
     assert f"granted on schema public (owner {roles.owner}) to service {roles.service}" in text
 
 
+def test_grant_warns_of_what_lets_a_role_create_or_keeps_it_out(roles: Roles):
+    run_sql(roles.admin_url, f"GRANT CREATE ON SCHEMA public TO {roles.service}")
+    run_sql(roles.admin_url, f"GRANT CREATE ON DATABASE {roles.database} TO {roles.service}")
+    run_sql(roles.admin_url, f"REVOKE CONNECT ON DATABASE {roles.database} FROM PUBLIC")
+
+    done = json_of(roles.cli(roles.owner, "db", "grant", "--service", roles.service, "--json"))
+
+    assert [warning.split(":")[1] for warning in done["warnings"]] == [
+        f" REVOKE CREATE ON SCHEMA public FROM PUBLIC, {roles.service}",
+        f" GRANT CONNECT ON DATABASE {roles.database} TO {roles.service}",
+        f" REVOKE CREATE ON DATABASE {roles.database} FROM PUBLIC, {roles.service}",
+    ]
+
+
 def test_dry_run_prints_the_statements_and_grants_nothing(roles: Roles):
     result = succeeded(roles.cli(roles.owner, "db", "grant", "--service", roles.service,
                                  "--dry-run"))  # fmt: skip

@@ -69,6 +69,7 @@ _ROLES = sa.text(
 _CREATING = sa.text(
     "SELECT has_schema_privilege(:role, :schema, 'CREATE') AS in_schema, "
     "has_database_privilege(:role, current_database(), 'CREATE') AS in_database, "
+    "has_database_privilege(:role, current_database(), 'CONNECT') AS connects, "
     "current_database() AS database"
 )
 
@@ -278,6 +279,11 @@ def _warnings(connection: Connection, done: Grant) -> list[str]:
             warnings.append(
                 f"{role} may create objects in schema {done.schema} (CREATE granted to it or "
                 f"to PUBLIC): REVOKE CREATE ON SCHEMA {done.schema} FROM PUBLIC, {role}"
+            )
+        if not may.connects:
+            warnings.append(
+                f"{role} may not connect to database {may.database} (CONNECT revoked from "
+                f"PUBLIC): GRANT CONNECT ON DATABASE {may.database} TO {role}"
             )
         if may.in_database:
             warnings.append(
