@@ -277,6 +277,23 @@ def test_upgrade_under_the_service_role_says_the_owner_runs_it(
     assert migrate.current_revision(Store(roles.owner_url)) != migrate.head_revision()
 
 
+def test_roles_keep_their_privileges_across_the_owners_upgrade(roles: Roles):
+    with Store(roles.owner_url) as store:
+        migrate.downgrade(store, "0007")  # 0008 and later re-create the views
+    succeeded(roles.cli(roles.owner, "db", "grant", "--service", roles.service,
+                        "--inspector", roles.inspector))  # fmt: skip
+    succeeded(roles.cli(roles.owner, "db", "upgrade"))
+
+    with roles.memory(roles.service, "acme") as memory:
+        memory.save_context({"input": "Sarah Chen of Acme Corp called."}, {"output": "Noted."})
+        assert (
+            "Sarah Chen of Acme Corp"
+            in memory.load_memory_variables({"input": "Sarah Chen"})["entity_info"]
+        )
+    assert run_sql(roles.inspector_url, "SELECT count(*) FROM entity_snippets") == [(2,)]
+    refused(roles.inspector_url, "DELETE FROM turns")
+
+
 def test_auto_migrate_of_an_empty_database_under_the_service_role_is_refused(
     postgres_admin: sa.Engine,
 ):

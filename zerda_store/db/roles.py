@@ -14,7 +14,8 @@ to the tables, views and sequences the owner creates there later (a later revisi
 table, a view a revision re-creates). The advisory-lock functions and ``hashtext`` are
 executable by everyone: nothing is granted on functions. Nothing is revoked: a grant only
 adds, so running it again changes nothing. On Citus each GRANT goes through the coordinator,
-which passes grants on distributed and reference tables on to their shards.
+which passes grants on distributed and reference tables on to their shards. The operator's
+side of it: docs/operations.md.
 """
 
 from __future__ import annotations
