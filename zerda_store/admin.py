@@ -24,6 +24,7 @@ from .db.schema import (
     entity_aliases,
     turns,
 )
+from .db.statistics import analyze_after
 from .db.validation import checked_session_id
 from .errors import SessionNotEmptyError
 from .model.names import KeyRules
@@ -163,11 +164,15 @@ class AdminRepository:
         *,
         merge: bool = False,
         key_rules: KeyRules | None = None,
+        analyze: bool = True,
     ) -> dict[str, int]:
         """Write exported records into a session in one transaction (see
         :meth:`Importer.import_session`); without ``merge`` a session that holds data is
-        refused with :class:`SessionNotEmptyError`."""
-        return self._importer.import_session(session_id, records, merge=merge, key_rules=key_rules)
+        refused with :class:`SessionNotEmptyError`. A bulk import leaves the tables
+        analysed unless ``analyze`` is false."""
+        return self._importer.import_session(
+            session_id, records, merge=merge, key_rules=key_rules, analyze=analyze
+        )
 
     def key_rules(self, session_id: str) -> KeyRules | None:
         """The key rules the session was keyed with (None if none is recorded)."""
@@ -185,25 +190,29 @@ class AdminRepository:
         that already hold data there are skipped, so an interrupted copy can be run again,
         and two copies running at once store each session once. ``rows`` wraps each
         session's records as they stream (a progress bar counts them). What a retention
-        policy has expired is not copied unless ``include_expired``."""
+        policy has expired is not copied unless ``include_expired``. A bulk copy leaves
+        ``target``'s tables analysed, once, at its end."""
         ids = (
             list(session_ids)
             if session_ids is not None
             else self.session_ids(include_expired=include_expired)
         )
         destination = AdminRepository(target)
-        copied = skipped = 0
+        copied = skipped = written = 0
         for session_id in ids:
             try:
-                destination.import_session(
+                counts = destination.import_session(
                     session_id,
                     rows(_Export(self, session_id, include_expired)),
                     key_rules=self.key_rules(session_id),
+                    analyze=False,
                 )
             except SessionNotEmptyError:
                 skipped += 1
                 continue
             copied += 1
+            written += sum(counts.values())
+        analyze_after(target, written)
         return CopyReport(copied, skipped)
 
 

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import PermissionDeniedError, SchemaNotCurrentError
+from . import statistics
 from .engine import Store
 from .failures import is_permission_denied
 from .migration_lock import alembic_connection, locked_connection
@@ -177,6 +178,8 @@ def upgrade(
             if store.dialect != "postgresql":
                 report.clear()
             raise
+    if found.revision is not None and current_revision(store) != found.revision:
+        statistics.analyze(store)  # the revisions' data steps may have rewritten many rows
     return report
 
 

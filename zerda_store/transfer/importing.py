@@ -21,6 +21,7 @@ from ..db.engine import Store
 from ..db.schema import entities, turns
 from ..db.sharding import distributed
 from ..db.sql import session_param
+from ..db.statistics import analyze_after
 from ..db.unit_of_work import SessionLock, Transaction
 from ..errors import SessionNotEmptyError
 from ..identity.resolution import check_key_rules
@@ -78,6 +79,7 @@ class Importer:
         *,
         merge: bool = False,
         key_rules: KeyRules | None = None,
+        analyze: bool = True,
     ) -> dict[str, int]:
         """Write exported records (turns, then entities, then snippets, as an export orders
         them) into a session in one transaction, mapping ids, ``IMPORT_BATCH`` rows a
@@ -89,7 +91,8 @@ class Importer:
         idempotency key was used in the session before. With ``key_rules`` (the rules the
         file's keys were made with, or fold-v2 for an older file's fold-v1 keys) the
         session is recorded as keyed with them (refused if it is keyed otherwise), and
-        the entities are keyed with them."""
+        the entities are keyed with them. A bulk import leaves the tables analysed
+        (:mod:`db.statistics`), unless ``analyze`` is false (a copy analyses once at its end)."""
         inserts = (
             self._statements.turns,
             self._turn_statements.entities,
@@ -121,7 +124,10 @@ class Importer:
                 writer.write(kind, batch)
             return writer.counts
 
-        return self.store.write(work, SessionLock(session_id, exclusive=True))
+        counts = self.store.write(work, SessionLock(session_id, exclusive=True))
+        if analyze:
+            analyze_after(self.store, sum(counts.values()))
+        return counts
 
 
 IMPORT_BATCH = 512

@@ -18,6 +18,7 @@ from ..db.driver import Runnable
 from ..db.engine import Store
 from ..db.pipeline import write_pipelined
 from ..db.sharding import Sharding, distributed
+from ..db.statistics import analyze_after
 from ..db.unit_of_work import SessionLock, SessionLockStatements, Transaction
 from ..identity.resolution import KnownKeyRules, check_key_rules, refuse_other_rules
 from ..model.names import KeyRules
@@ -171,7 +172,8 @@ class Repository(Reads):
         return work, SessionLock(session_id)
 
     def save_turns(self, session_id: str, new_turns: Sequence[NewTurn]) -> list[int]:
-        """Store many turns in one transaction, as a loop of :meth:`save_turn` would."""
+        """Store many turns in one transaction, as a loop of :meth:`save_turn` would; a bulk
+        of them leaves the tables analysed (:mod:`db.statistics`)."""
         if not new_turns:
             return []
         self._distributed()
@@ -191,7 +193,9 @@ class Repository(Reads):
             self._remember_rules(session_id)
             return ids
 
-        return self.store.write(work, SessionLock(session_id))
+        saved_ids = self.store.write(work, SessionLock(session_id))
+        analyze_after(self.store, len(saved_ids))
+        return saved_ids
 
     def add_context(self, session_id: str, entity_id: int, text: str, at: float) -> float:
         """Add a snippet that belongs to no turn; it counts as newer than every turn of the

@@ -1,0 +1,85 @@
+"""A bulk write leaves the memory's tables analysed on Postgres (``db.statistics``), as
+``pg_restore``'s users are told to: a large ``save_contexts`` and a large import do; a
+small one leaves it to autovacuum. Autovacuum is off on the test's database, so what is
+analysed was analysed by the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from zerda_store import AdminRepository, ConversationEntityMemory
+from zerda_store.db import statistics
+from zerda_store.db.schema import metadata
+
+pytestmark = pytest.mark.postgres
+
+BULK = statistics.BULK_ROWS
+
+
+class ListedNames:
+    name = "listed"
+
+    def extract(self, text: str) -> list[str]:
+        return text.split(" | ", 1)[0].split(", ")
+
+
+def _pairs(first: int, count: int) -> list[tuple[dict[str, str], dict[str, str]]]:
+    return [
+        ({"input": f"Ada, Contact {t % 50} | "}, {"output": f"turn {t}"})
+        for t in range(first, first + count)
+    ]
+
+
+def _memory(url: str, session_id: str = "bulk") -> ConversationEntityMemory:
+    memory = ConversationEntityMemory(
+        database_url=url, session_id=session_id, extractor=ListedNames()
+    )
+    with memory.store.engine.begin() as connection:
+        for table in metadata.sorted_tables:
+            connection.exec_driver_sql(f"ALTER TABLE {table.name} SET (autovacuum_enabled = false)")
+    return memory
+
+
+def _analysed(engine: sa.Engine) -> dict[str, Any]:
+    """The memory's tables analysed so far, with how many rows were changed since."""
+    with engine.connect() as connection:
+        rows = connection.exec_driver_sql(
+            "SELECT relname, n_mod_since_analyze FROM pg_stat_user_tables"
+            " WHERE last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL"
+        )
+        return {row.relname: row.n_mod_since_analyze for row in rows}
+
+
+def test_a_bulk_save_contexts_leaves_the_tables_analysed(postgres_url: str) -> None:
+    memory = _memory(postgres_url)
+    engine = memory.store.engine
+
+    memory.save_contexts(_pairs(0, 10))
+    assert _analysed(engine) == {}  # a small batch: left to autovacuum
+
+    memory.save_contexts(_pairs(10, BULK))
+
+    analysed = _analysed(engine)
+    assert {"turns", "entities", "contexts", "extractions"} <= set(analysed), analysed
+    assert analysed["contexts"] == 0, analysed
+    memory.close()
+
+
+def test_a_bulk_import_leaves_the_tables_analysed(postgres_url: str) -> None:
+    memory = _memory(postgres_url)
+    engine = memory.store.engine
+    for first in range(0, 600, 200):  # small batches: nothing analysed yet
+        memory.save_contexts(_pairs(first, 200))
+    admin = AdminRepository(memory.store)
+    records = list(admin.export_session("bulk"))
+    assert len(records) >= BULK and _analysed(engine) == {}
+
+    admin.import_session("imported", records)
+
+    analysed = _analysed(engine)
+    assert {"turns", "entities", "contexts"} <= set(analysed), analysed
+    assert analysed["contexts"] == 0, analysed
+    memory.close()

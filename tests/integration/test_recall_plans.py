@@ -1,0 +1,183 @@
+"""The hot statements are planned the same before Postgres has statistics as after: each
+mentioned entity's newest snippets read backwards on an index of the entity's snippets by
+recency, cut at the limit (no bitmap of the session's snippets, no sort).
+
+A freshly filled database is the case to fear: until autovacuum (or an ``ANALYZE``) runs,
+the planner guesses that a session holds a two-hundredth of the table, so reading every
+snippet of the session looked cheaper than it was (revision 0010 fixed it: before it, the
+recall of a 60,000-snippet session AND-ed a bitmap of the session's 60,000 snippets with
+one of the entity's, then sorted them). Here autovacuum is off on the test's database, so
+the statistics are missing for sure; the statements are explained as the store sends them,
+with their parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.doubles import driver_calls
+from zerda_store import ConversationEntityMemory
+from zerda_store.db import statistics
+from zerda_store.db.schema import metadata
+from zerda_store.turns.statements import TurnStatements
+
+pytestmark = pytest.mark.postgres
+
+SESSION = "big"
+NAMES = [f"Contact {n:03d}" for n in range(400)]
+TURNS = 20_000
+NEWEST_BY_RECENCY = {
+    "ix_contexts_session_id_entity_id_turn_seq_id",
+    "ix_contexts_entity_id_turn_seq_id",
+}
+
+
+class ListedNames:
+    """An extractor for turns whose input is the names they mention, then `` | ``."""
+
+    name = "listed"
+
+    def extract(self, text: str) -> list[str]:
+        return text.split(" | ", 1)[0].split(", ")
+
+
+def _pair(turn: int) -> tuple[dict[str, str], dict[str, str]]:
+    names = [NAMES[(turn * 7 + k * 131) % len(NAMES)] for k in range(3)]
+    return {"input": ", ".join(names) + " | "}, {"output": f"turn {turn}"}
+
+
+@pytest.fixture
+def unanalysed(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ConversationEntityMemory]:
+    """A session of 20,000 turns (60,000 snippets, 400 entities) in a database whose
+    tables Postgres has never analysed: saved in one batch, which is not a bulk one here."""
+    monkeypatch.setattr(statistics, "BULK_ROWS", TURNS + 1)
+    memory = ConversationEntityMemory(
+        database_url=postgres_url, session_id=SESSION, extractor=ListedNames()
+    )
+    with memory.store.engine.begin() as connection:
+        for table in metadata.sorted_tables:
+            connection.exec_driver_sql(f"ALTER TABLE {table.name} SET (autovacuum_enabled = false)")
+    memory.save_contexts(_pair(turn) for turn in range(TURNS))
+    assert _analysed(memory.store.engine) == {}
+    yield memory
+    memory.close()
+
+
+def _analysed(engine: sa.Engine) -> dict[str, Any]:
+    """The memory's tables that were ever analysed, with when."""
+    with engine.connect() as connection:
+        rows = connection.exec_driver_sql(
+            "SELECT relname, coalesce(last_analyze, last_autoanalyze) AS analysed"
+            " FROM pg_stat_user_tables WHERE coalesce(last_analyze, last_autoanalyze) IS NOT NULL"
+        )
+        tables = {table.name for table in metadata.sorted_tables}
+        return {row.relname: row.analysed for row in rows if row.relname in tables}
+
+
+def _hot_reads(memory: ConversationEntityMemory) -> list[tuple[str, Any]]:
+    """The reads of the snippets that the hot calls send, with their parameters: the
+    recall (resolving, as a memory sends it, and plain, as a memory that keeps names
+    exact does), an entity's details, and the idempotency check of a save."""
+    mentioned = NAMES[1:4]
+    store = memory.store
+    plain = store.statements(TurnStatements).recall_batches(
+        SESSION, [name.casefold() for name in mentioned], 3
+    )
+    with driver_calls(store.engine) as sent:
+        recalled = memory.load_memory_variables({"input": ", ".join(mentioned) + " | "})
+        assert recalled["entity_info"].count("Previous information about") == 3
+        assert store.read(lambda transaction: transaction.run(*plain[0]))
+        assert memory.get_entity_info(NAMES[5])
+        memory.save_context({"input": "Contact 007 | "}, {"output": "again"}, idempotency_key="k")
+    return [
+        (statement, parameters)
+        for statement, parameters in sent
+        if statement.lstrip().upper().startswith(("SELECT", "WITH"))
+        and ("contexts" in statement or "idempotency_key" in statement)
+        and "count(" not in statement.lower()  # the details' count of the entity's snippets
+    ]
+
+
+def _plan(engine: sa.Engine, statement: str, parameters: Any) -> dict[str, Any]:
+    if isinstance(parameters, list):  # positional; a list would read as many rows
+        parameters = tuple(parameters)
+    with engine.connect() as connection:
+        explained = connection.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, parameters)
+        return dict(explained.scalar_one()[0]["Plan"])
+
+
+def _nodes(plan: dict[str, Any], above: tuple[str, ...] = ()) -> Iterator[tuple[dict, tuple]]:
+    """Every node of ``plan``, with the node types above it (nearest last)."""
+    yield plan, above
+    for child in plan.get("Plans", []):
+        yield from _nodes(child, (*above, plan["Node Type"]))
+
+
+def _snippet_reads(plan: dict[str, Any]) -> list[tuple[dict[str, Any], tuple[str, ...]]]:
+    """The nodes of ``plan`` that read the snippets (not those that write them)."""
+    return [
+        (node, above)
+        for node, above in _nodes(plan)
+        if node.get("Relation Name") == "contexts" and node["Node Type"] != "ModifyTable"
+    ]
+
+
+def assert_snippets_read_newest_first_by_entity(plan: dict[str, Any]) -> None:
+    for node, above in _snippet_reads(plan):
+        described = f"{node['Node Type']} {node.get('Index Name')}: {plan}"
+        assert node["Node Type"] == "Index Scan", described
+        assert node["Index Name"] in NEWEST_BY_RECENCY, described
+        assert node["Scan Direction"] == "Backward", described
+        assert "entity_id" in node["Index Cond"], described
+        # The limit cuts the scan: only a Result (a one-time filter) between them.
+        nearest = [kind for kind in above if kind != "Result"]
+        assert nearest and nearest[-1] == "Limit", described
+    kinds = {node["Node Type"] for node, _ in _nodes(plan)}
+    assert not kinds & {"Sort", "Incremental Sort", "BitmapAnd"}, plan
+
+
+def assert_turn_found_by_its_key(plan: dict[str, Any]) -> None:
+    [read] = [node for node, _ in _nodes(plan) if node.get("Relation Name") == "turns"]
+    assert read["Node Type"] in ("Index Scan", "Index Only Scan"), plan
+    assert read["Index Name"] == "uq_turns_session_id_idempotency_key", plan
+
+
+def assert_planned_by_index(engine: sa.Engine, reads: list[tuple[str, Any]]) -> None:
+    snippets = checks = 0
+    for statement, parameters in reads:
+        plan = _plan(engine, statement, parameters)
+        if _snippet_reads(plan):
+            assert_snippets_read_newest_first_by_entity(plan)
+            snippets += 1
+        elif statement.lstrip().upper().startswith("SELECT"):
+            assert_turn_found_by_its_key(plan)
+            checks += 1
+    assert snippets >= 3 and checks, reads  # two recalls and an entity's details; a check
+
+
+def test_hot_reads_use_the_entity_index_before_the_tables_are_analysed(
+    unanalysed: ConversationEntityMemory,
+) -> None:
+    engine = unanalysed.store.engine
+    reads = _hot_reads(unanalysed)
+    assert _analysed(engine) == {}
+
+    assert_planned_by_index(engine, reads)
+
+
+def test_hot_reads_use_the_entity_index_once_the_tables_are_analysed(
+    unanalysed: ConversationEntityMemory,
+) -> None:
+    engine = unanalysed.store.engine
+    with engine.connect() as connection:
+        connection.exec_driver_sql("ANALYZE")
+        connection.commit()
+    reads = _hot_reads(unanalysed)
+
+    assert_planned_by_index(engine, reads)
