@@ -9,6 +9,11 @@ With ``ZERDA_TEST_CITUS_URL`` (``scripts/test-citus`` sets it) the Postgres data
 ``empty_database_url``, ``database_url`` and the CLI's populated ones are made on a Citus
 cluster instead, distributed and strict about routing (see ``tests/citus.py``), and only the
 tests that use them, or are marked ``citus``, run.
+
+With ``ZERDA_TEST_POOLER=transaction`` (or ``session``; ``scripts/test-pooler`` sets it) the
+tests reach those Postgres databases through a PgBouncer in that pool mode, started for the
+run (in transaction mode with the store's ``prepared_statements=false``); schemas are made
+and migrated through the server itself, as an operator runs ``db upgrade``.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests import citus, passwords
+from tests import citus, passwords, servers
 
 # The helpers of the doubles module, and its fixtures (clock, logs, refused_port) for every suite.
 from tests.doubles import POSTGRES_ADMIN_URL, clock, logs, new_postgres_database, refused_port  # noqa: F401
@@ -28,6 +33,7 @@ from zerda_store import ConversationEntityMemory, Store, migrate
 from zerda_store.db import settings
 
 REQUIRE_POSTGRES = os.environ.get("ZERDA_STORE_REQUIRE_POSTGRES") == "1"
+POOLER_MODE = os.environ.get("ZERDA_TEST_POOLER")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -82,7 +88,36 @@ def new_test_database(
     if at_head:
         with Store(url) as store:
             migrate.upgrade(store)
+    if POOLER_MODE:
+        url = pooled(request, url)
     return url, drop
+
+
+def pooled(request: pytest.FixtureRequest, url: str) -> str:
+    """``url``'s database through the run's pooler (``ZERDA_TEST_POOLER``)."""
+    bouncer: servers.PgBouncer = request.getfixturevalue("test_pooler")
+    return bouncer.url(str(sa.make_url(url).database))
+
+
+def direct_url(url: str) -> str:
+    """The URL of ``url``'s Postgres database on the server itself (not through a pooler)."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() != "postgresql" or not POOLER_MODE:
+        return url
+    server = sa.make_url(POSTGRES_ADMIN_URL)
+    direct = parsed.set(host=server.host, port=server.port)
+    return direct.difference_update_query(["prepared_statements"]).render_as_string(False)
+
+
+@pytest.fixture(scope="session")
+def test_pooler() -> Iterator[servers.PgBouncer]:
+    """The run's PgBouncer (``ZERDA_TEST_POOLER``) in front of the test server."""
+    server = sa.make_url(POSTGRES_ADMIN_URL)
+    try:
+        with servers.pgbouncer(mode=POOLER_MODE, server_port=server.port or 5432) as bouncer:
+            yield bouncer
+    except servers.NoServer as exc:
+        pytest.fail(f"ZERDA_TEST_POOLER={POOLER_MODE} but no pooler could start: {exc}")
 
 
 @pytest.fixture(scope="session")
@@ -122,19 +157,19 @@ def database_url(empty_database_url: str) -> str:
     """A URL of a new database already at the head revision, on each backend (distributed,
     in the Citus mode, where ``empty_database_url`` made it so)."""
     if not (citus.CITUS_URL and empty_database_url.startswith("postgresql")):
-        with Store(empty_database_url) as store:
+        with Store(direct_url(empty_database_url)) as store:
             migrate.upgrade(store)
     return empty_database_url
 
 
 @pytest.fixture
-def postgres_url(postgres_admin: sa.Engine) -> Iterator[str]:
+def postgres_url(request: pytest.FixtureRequest, postgres_admin: sa.Engine) -> Iterator[str]:
     """A new Postgres database at head, for tests that only make sense on Postgres."""
     url, drop = new_postgres_database(postgres_admin)
     with Store(url) as store:
         migrate.upgrade(store)
     try:
-        yield url
+        yield pooled(request, url) if POOLER_MODE else url
     finally:
         drop()
 

@@ -6,10 +6,7 @@ any password, so a right or wrong one proves nothing there).
 
 from __future__ import annotations
 
-import os
-import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import traceback
@@ -17,7 +14,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from glob import glob
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -26,6 +22,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
+from tests.servers import free_port, give_to, program, run, run_as
 from zerda_store import Store, migrate
 
 # Two unencoded "@": SQLAlchemy alone ends the password at the first and takes
@@ -137,30 +134,26 @@ def checks_passwords(admin: sa.Engine) -> bool:
         drop()
 
 
-class NoServer(Exception):
-    """No Postgres server that checks passwords can be started here."""
-
-
 @contextmanager
 def private_server() -> Iterator[sa.Engine]:
     """A throwaway Postgres cluster that asks every connection for a password
     (scram-sha-256), and an admin engine on it; stopped and deleted at the end."""
-    initdb, pg_ctl = _program("initdb"), _program("pg_ctl")
-    run_as = _run_as()
+    initdb, pg_ctl = program("initdb"), program("pg_ctl")
+    prefix = run_as()
     workdir = Path(tempfile.mkdtemp(prefix="zerda-pg-"))
     admin_password = uuid.uuid4().hex
     (workdir / "pwfile").write_text(admin_password)
-    data, port = workdir / "data", _free_port()
-    if run_as:
-        _give_to(workdir, run_as[2])
+    data, port = workdir / "data", free_port()
+    if prefix:
+        give_to(workdir, prefix[2])
     initialized = False
     try:
         init = [initdb, "-D", str(data), "-U", "postgres", "-E", "UTF8", "--no-sync"]
-        _run([*run_as, *init, "--auth=scram-sha-256", f"--pwfile={workdir / 'pwfile'}"])
+        run([*prefix, *init, "--auth=scram-sha-256", f"--pwfile={workdir / 'pwfile'}"])
         initialized = True
         options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
         start = [pg_ctl, "-D", str(data), "-l", str(workdir / "log"), "-o", options, "-w", "start"]
-        _run([*run_as, *start])
+        run([*prefix, *start])
         url = sa.URL.create(
             "postgresql+psycopg",
             username="postgres",
@@ -176,48 +169,9 @@ def private_server() -> Iterator[sa.Engine]:
             engine.dispose()
     finally:
         if initialized:  # stopping a server that did not start is harmless
-            stop = [*run_as, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"]
+            stop = [*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"]
             subprocess.run(stop, capture_output=True, timeout=120, check=False)
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _program(name: str) -> str:
-    """A Postgres server program: on the PATH, else Debian's (any version will do)."""
-    found = shutil.which(name) or max(glob(f"/usr/lib/postgresql/*/bin/{name}"), default=None)
-    if found is None:
-        raise NoServer(f"no {name} on this machine")
-    return found
-
-
-def _run_as() -> list[str]:
-    """Postgres refuses to run as root: run it as the postgres user then."""
-    if os.geteuid() != 0:
-        return []
-    try:
-        pwd.getpwnam("postgres")
-    except KeyError:
-        raise NoServer("running as root and there is no postgres user") from None
-    if shutil.which("runuser") is None:
-        raise NoServer("running as root and there is no runuser")
-    return ["runuser", "-u", "postgres", "--"]
-
-
-def _give_to(folder: Path, user: str) -> None:
-    account = pwd.getpwnam(user)
-    for path in [folder, *folder.rglob("*")]:
-        os.chown(path, account.pw_uid, account.pw_gid)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _run(command: list[str]) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    if done.returncode != 0:
-        raise NoServer(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
 
 
 def everything_said(error: BaseException) -> str:

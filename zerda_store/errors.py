@@ -70,6 +70,12 @@ class StatementTimeoutError(DatabaseError):
     stored."""
 
 
+class PoolerModeError(DatabaseError):
+    """The server lost statements the store had prepared on its connection: it is behind a
+    transaction-mode pooler (PgBouncer) and the store was not opened with
+    ``prepared_statements=False``. Nothing of the call was stored."""
+
+
 class PoolExhaustedError(StoreError):
     """Every connection a store may open stayed in use for ``pool_timeout`` seconds: more
     calls at once than the store's pool (``async_pool_size``) serves. Nothing was run."""

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
 
+import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -36,6 +37,7 @@ from ..errors import (
     StoreError,
 )
 from . import unit_of_work
+from .driver import CompiledStatement, compile_statement
 from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncPart
 from .kept import KeptConnections
 from .settings import (
@@ -47,6 +49,8 @@ from .settings import (
     Durability,
     checked_schema,
     create_store_engine,
+    prepared_statements_option,
+    transaction_settings,
 )
 from .unit_of_work import SessionLock, Transaction
 from .urls import first_line, resolve_url, safe_url, scrub
@@ -77,6 +81,11 @@ class Store:
     write a :class:`ReadOnlyStoreError`). ``schema`` (Postgres) names the schema that holds
     zerda_store's tables (it goes first on the connections' search_path; ``db upgrade``
     creates it if needed).
+
+    ``prepared_statements=False`` (Postgres; or ``?prepared_statements=false`` in the URL)
+    is for a transaction-mode pooler such as PgBouncer: no statement is prepared on the
+    server, and the store's settings are sent inside each transaction instead of once per
+    connection (:mod:`settings`). Schema changes (``db upgrade``) need a direct connection.
     """
 
     def __init__(
@@ -90,6 +99,7 @@ class Store:
         llm_workers: int = DEFAULT_LLM_WORKERS,
         async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
         pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+        prepared_statements: bool | None = None,
     ):
         for name, seconds in (("lock_timeout", lock_timeout), ("pool_timeout", pool_timeout)):
             if not seconds > 0:
@@ -100,6 +110,8 @@ class Store:
         self.durability: Durability = durability
         self.read_only = read_only
         self.schema = checked_schema(schema) if schema is not None else None
+        # True, False, or None: not said (none prepared where a pooler is found, :mod:`settings`).
+        self.prepared_statements = prepared_statements_option(self.url, prepared_statements)
         self._aio = AsyncPart(
             self,
             llm_workers=llm_workers,
@@ -117,6 +129,7 @@ class Store:
                 schema=self.schema,
                 pool_size=async_pool_size + 1,
                 pool_timeout=self.pool_timeout,
+                prepared_statements=self.prepared_statements,
             )
         except ImportError as exc:
             raise StoreError(
@@ -129,6 +142,15 @@ class Store:
                 f"{scrub(str(exc), self.url)}; zerda_store runs on sqlite:/// and postgresql:// URLs"
             ) from None
         self.dialect = self.engine.dialect.name
+        # The statement that opens each transaction of a store without prepared statements;
+        # with a schema, its reads need it too (the search_path), so they run in one.
+        self.transaction_settings: CompiledStatement | None = None
+        if self.prepared_statements is False:
+            self.transaction_settings = compile_statement(
+                sa.text(transaction_settings(self.lock_timeout, read_only, self.schema)),
+                self.engine.dialect,
+            )
+        self.reads_need_settings = self.transaction_settings is not None and bool(self.schema)
         if read_only:
             self.require_file()
         self._kept = KeptConnections(self.engine, lambda c: self.give_back(c, reusable=True))

@@ -1,6 +1,7 @@
 """Which driver errors mean what, and the error zerda_store raises for each: a lost commit,
-a lock timeout, a refused write, a missing privilege, a cancelled statement, a connection
-lost on every attempt, or any other (the database's first line, its secrets masked). Shared
+a lock timeout, a refused write, a missing privilege, a cancelled statement, prepared
+statements lost behind a transaction-mode pooler, a connection lost on every attempt, or any
+other (the database's first line, its secrets masked). Shared
 by the sync and the async units of work, which run an attempt again while it may help."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..errors import (
     DatabaseError,
     DatabaseUnavailableError,
     PermissionDeniedError,
+    PoolerModeError,
     ReadOnlyStoreError,
     StatementTimeoutError,
     StoreError,
@@ -71,6 +73,9 @@ def failure(
 ) -> BaseException | None:
     """What a failed attempt number ``number`` raises (always a :class:`StoreError`), or
     None when it runs again. Shared by the sync and the async units of work."""
+    if isinstance(error, LostCommit) and is_pooler_refusal(error.error.orig):
+        # The server answered the commit's batch with this error: nothing was committed.
+        error = error.error
     if isinstance(error, LostCommit):
         raised: BaseException = CommitOutcomeUnknownError(
             f"the connection to {store.safe_url} was lost during a commit: the write may "
@@ -89,7 +94,7 @@ def failure(
         )
         raised.__suppress_context__ = True
         return raised
-    if number == WRITE_ATTEMPTS or not retryable(error):
+    if number == WRITE_ATTEMPTS or not retryable(error) or is_pooler_refusal(error.orig):
         return database_error(store, error)
     logger.warning("running a unit of work again after %s", type(error.orig).__name__)
     return None
@@ -103,7 +108,15 @@ def database_error(store: Described, error: DBAPIError) -> StoreError:
     detail = store.describe(error)
     orig = error.orig if error.orig is not None else error
     raised: StoreError
-    if is_permission_denied(orig):
+    if is_pooler_refusal(orig):
+        raised = PoolerModeError(
+            f"{store.safe_url} lost a statement this store had prepared on the server "
+            f"({detail}): it is most likely a transaction-mode pooler (PgBouncer's pool_mode = "
+            "transaction), which gives each transaction another server connection. Open the "
+            "store with prepared_statements=False (or add ?prepared_statements=false to the "
+            "URL); nothing was written"
+        )
+    elif is_permission_denied(orig):
         raised = PermissionDeniedError(
             f"the database role of {store.safe_url} lacks a privilege zerda_store needs "
             f"({detail}): GRANT it SELECT, INSERT, UPDATE, DELETE on zerda_store's tables and "
@@ -169,6 +182,20 @@ _PG_QUERY_CANCELED = "57014"
 def is_permission_denied(error: BaseException) -> bool:
     """True when the database role lacks a privilege the statement needs (Postgres)."""
     return getattr(error, "sqlstate", None) == _PG_INSUFFICIENT_PRIVILEGE
+
+
+# Postgres's SQLSTATEs for a prepared statement that is not there or is there already, and
+# for a protocol violation (a statement bound with another statement's parameters).
+_PG_PREPARED_STATEMENT_STATES = {"26000", "42P05", "08P01"}
+
+
+def is_pooler_refusal(error: BaseException | None) -> bool:
+    """True when the server does not know (or already knows) a statement the driver had
+    prepared on the connection: what a transaction-mode pooler does to prepared statements."""
+    return (
+        getattr(error, "sqlstate", None) in _PG_PREPARED_STATEMENT_STATES
+        and "prepared statement" in str(error)
+    )
 
 
 def is_statement_cancelled(error: BaseException) -> bool:

@@ -41,6 +41,8 @@ async def read(store: Store, work: OneStatement[T]) -> T:
     statement = work.statement
     if statement is None:
         return work.then([])
+    if store.reads_need_settings:  # in a transaction, on a thread
+        return await store.aread(work)
     wait = _wait_async()
     connection = None if wait is None else await store.borrow_on_loop()
     if wait is None or connection is None:

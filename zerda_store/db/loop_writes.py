@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CommitOutcomeUnknownError
 from .driver import Runnable, named_rows
 from .failures import failure, retryable_write
-from .pipeline import closed_by_server, step_cursors
+from .pipeline import closed_by_server, sent_steps, step_cursors
 from .unit_of_work import _give_back, driver_failure
 from .unit_of_work_aio import cancelled_after_commit
 
@@ -66,7 +66,7 @@ async def write(
     parts = _pipeline_parts()
     if parts is None:
         return NOT_SENT
-    prepared = [(statement, statement.parameters(values)) for statement, values in steps]
+    prepared = sent_steps(store, steps)
     connection = await store.borrow_on_loop()
     if connection is None:
         return NOT_SENT

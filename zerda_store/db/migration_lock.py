@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from ..errors import LockTimeoutError, SchemaNotCurrentError
+from ..errors import LockTimeoutError, SchemaNotCurrentError, StoreError
 from .engine import Store
 
 if TYPE_CHECKING:
@@ -44,6 +44,13 @@ def locked_connection(store: Store, *, per_revision: bool = False) -> Iterator[C
     writes wait for one revision at most, not for the whole upgrade).
     """
     store.check_writable()
+    if store.prepared_statements is False:
+        raise StoreError(
+            f"schema changes cannot go through a transaction-mode pooler ({store.safe_url} was "
+            "opened with prepared_statements=false): the migration lock and Alembic's "
+            "revisions need one server connection throughout; run zerda-store db with a URL "
+            "of the server itself (or of a session-mode pooler)"
+        )
     if per_revision and store.dialect == "postgresql":
         with _session_locked_connection(store) as connection:
             yield connection

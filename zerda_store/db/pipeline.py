@@ -36,8 +36,17 @@ def write_pipelined(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list
     the named rows the last one returns. Run again whole after a deadlock or a
     serialization failure."""
     store.check_writable()
-    prepared = [(statement, statement.parameters(values)) for statement, values in steps]
-    return _with_retries(store, retryable_write, _attempt, store, prepared)
+    return _with_retries(store, retryable_write, _attempt, store, sent_steps(store, steps))
+
+
+def sent_steps(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[tuple[Runnable, Any]]:
+    """``steps`` with their parameters, as a pipeline sends them: first, for a store
+    without prepared statements (behind a transaction-mode pooler), the statement that
+    gives the pipeline's transaction the store's settings."""
+    settings = store.transaction_settings
+    if settings is not None:
+        steps = [(settings, {}), *steps]
+    return [(statement, statement.parameters(values)) for statement, values in steps]
 
 
 def _open_connection(store: Store) -> Any:

@@ -5,6 +5,17 @@ begin IMMEDIATE; a read-only store opens the file ``mode=ro`` (or ``immutable=1`
 read-only folder). Postgres gets a connect timeout, keepalives, and its session settings
 (lock_timeout, default_transaction_read_only, search_path) as SET statements when each
 connection opens; secrets of the URL's query go to the driver beside the URL.
+
+Behind a transaction-mode pooler (PgBouncer's ``pool_mode = transaction``) a client
+connection gets another server connection for each transaction, so nothing may outlive a
+transaction on the server: a store opened with ``prepared_statements=False`` (or
+``?prepared_statements=false`` in its URL) prepares no statement on the server and sends
+its settings inside each transaction (``set_config(..., true)``, as ``SET LOCAL``) instead
+of once per connection. A store not told either way looks, on each new connection, whether
+a pooler stands between it and the server (the backend's process id differs from the one
+the connection was given at start-up, which a pooler makes up): it then prepares nothing on
+that connection, and says once in the log that the option is needed for its settings to
+hold in transaction mode.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
 
 from ..errors import StoreError
-from .urls import secret_query
+from .urls import safe_url, secret_query
 
 logger = logging.getLogger("zerda_store.engine")
 
@@ -42,6 +53,9 @@ IMMUTABLE = "zerda_store_immutable"
 # A Postgres schema chosen with ``schema=``: a plain lower-case identifier, so that it goes
 # into search_path without quoting.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# The URL query key of the store's ``prepared_statements`` option, and the values it takes.
+PREPARED_STATEMENTS = "prepared_statements"
+_TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 Durability = Literal["full", "normal"]
 
@@ -80,6 +94,29 @@ def _check_supported(url: URL) -> None:
         )
 
 
+def prepared_statements_option(url: URL, prepared_statements: bool | None) -> bool | None:
+    """Whether the store may prepare statements on the server: ``prepared_statements`` if
+    given, else the URL's ``?prepared_statements=`` (true or false), else None (yes, unless
+    a connection turns out to go through a pooler). Only Postgres has the choice."""
+    given = url.query.get(PREPARED_STATEMENTS)
+    if isinstance(given, tuple):
+        given = given[-1]
+    if given is not None and given.lower() not in _TRUE + _FALSE:
+        raise StoreError(
+            f"{PREPARED_STATEMENTS}= in the database URL takes true or false, got {given!r}"
+        )
+    if url.get_backend_name() != "postgresql":
+        if given is None and prepared_statements in (None, True):
+            return True
+        raise StoreError(
+            f"{PREPARED_STATEMENTS}= applies to Postgres only (it is for transaction-mode "
+            "poolers such as PgBouncer)"
+        )
+    if prepared_statements is not None:
+        return bool(prepared_statements)
+    return None if given is None else given.lower() in _TRUE
+
+
 def create_store_engine(
     url: URL,
     *,
@@ -89,22 +126,27 @@ def create_store_engine(
     schema: str | None = None,
     pool_size: int = 5,
     pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+    prepared_statements: bool | None = None,
 ) -> Engine:
     """An engine configured for zerda_store's transactions on SQLite or Postgres; no
     statement waits more than ``lock_timeout`` seconds for a lock, nor more than
     ``pool_timeout`` for a connection of the pool (``pool_size`` kept, 10 more in
     overflow). ``read_only`` opens connections that cannot write; ``schema`` (Postgres) is
-    put first on the search_path."""
+    put first on the search_path. ``prepared_statements=False`` (Postgres) is for a
+    transaction-mode pooler: see the module."""
     driver_url, options = engine_options(url, lock_timeout, schema)
+    if prepared_statements is False:
+        options["connect_args"]["prepare_threshold"] = None
     options.update(pool_size=pool_size, max_overflow=10, pool_timeout=pool_timeout)
     engine = sa.create_engine(driver_url, **options)
-    configure(engine, url, durability, lock_timeout, read_only, schema)
+    configure(engine, url, durability, lock_timeout, read_only, schema, prepared_statements)
     return engine
 
 
 def engine_options(url: URL, lock_timeout: float, schema: str | None) -> tuple[URL, dict[str, Any]]:
     """The URL to give the driver and the engine's options."""
     _check_supported(url)
+    url = url.difference_update_query([PREPARED_STATEMENTS])  # the store's, not libpq's
     if url.get_backend_name() == "sqlite":
         if schema is not None:
             raise StoreError("schema= applies to Postgres only: a SQLite file has no schemas")
@@ -135,19 +177,30 @@ def configure(
     lock_timeout: float,
     read_only: bool,
     schema: str | None,
+    prepared_statements: bool | None = None,
 ) -> None:
-    """The settings of every connection the engine opens, and its liveness ping."""
+    """The settings of every connection the engine opens (or, without
+    ``prepared_statements``, of every transaction), and its liveness ping."""
     if url.get_backend_name() == "sqlite":
         _configure_sqlite(engine, url, durability, lock_timeout, read_only)
         return
     _ping_on_checkout(engine)
+    if prepared_statements is False:
+        scoped = transaction_settings(lock_timeout, read_only, schema)
+
+        @event.listens_for(engine, "begin")
+        def _apply_to_transaction(connection: Connection) -> None:
+            if not connection.connection.dbapi_connection.autocommit:  # type: ignore[union-attr]
+                connection.exec_driver_sql(scoped)
+
+        return
     # Session settings rather than startup options: the URL's options, PGOPTIONS and
     # poolers that refuse startup options (PgBouncer) are left alone.
-    settings = [f"SET lock_timeout = {_milliseconds(lock_timeout)}"]
-    if read_only:
-        settings.append("SET default_transaction_read_only = on")
-    if schema is not None:
-        settings.append(f"SET search_path = {checked_schema(schema)}")
+    settings = [
+        f"SET {name} = {value}" for name, value in _settings(lock_timeout, read_only, schema)
+    ]
+
+    warned: list[bool] = []
 
     @event.listens_for(engine, "connect")
     def _apply_settings(dbapi_connection: Any, _record: Any) -> None:
@@ -155,9 +208,51 @@ def configure(
         try:
             for setting in settings:
                 cursor.execute(setting)
+            if prepared_statements is None and _behind_a_pooler(cursor, dbapi_connection):
+                dbapi_connection.prepare_threshold = None
+                if not warned:
+                    warned.append(True)
+                    logger.warning(
+                        "%s is reached through a connection pooler: no statement is prepared "
+                        "on its connections; if it pools by transaction (PgBouncer's "
+                        "pool_mode = transaction), open the store with prepared_statements="
+                        "False (?prepared_statements=false) so that its settings hold",
+                        safe_url(url),
+                    )
         finally:
             cursor.close()
         dbapi_connection.commit()
+
+
+def _behind_a_pooler(cursor: Any, dbapi_connection: Any) -> bool:
+    """Whether the server process answering is not the one the connection was given at
+    start-up: a pooler gives its clients process ids of its own."""
+    cursor.execute("SELECT pg_backend_pid()")
+    return bool(cursor.fetchone()[0] != dbapi_connection.info.backend_pid)
+
+
+def _settings(lock_timeout: float, read_only: bool, schema: str | None) -> list[tuple[str, str]]:
+    """The Postgres settings of the store's connections, as (name, value)."""
+    settings = [("lock_timeout", str(_milliseconds(lock_timeout)))]
+    if read_only:
+        settings.append(("default_transaction_read_only", "on"))
+    if schema is not None:
+        settings.append(("search_path", checked_schema(schema)))
+    return settings
+
+
+def transaction_settings(lock_timeout: float, read_only: bool, schema: str | None) -> str:
+    """One statement that gives the transaction it runs in the store's settings (its
+    first statement, for a store without prepared statements: see the module)."""
+    settings = [
+        (name, value)
+        if name != "default_transaction_read_only"
+        else ("transaction_read_only", value)
+        for name, value in _settings(lock_timeout, read_only, schema)
+    ]
+    return "SELECT " + ", ".join(
+        f"set_config('{name}', '{value}', true)" for name, value in settings
+    )
 
 
 def _milliseconds(seconds: float) -> int:

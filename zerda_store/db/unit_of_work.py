@@ -180,17 +180,22 @@ def _with_retries(
         number += 1
 
 
-def _begin(cursor: Cursor, dialect: str, *, write: bool, snapshot: bool) -> None:
+def _begin(cursor: Cursor, connections: Connections, *, write: bool, snapshot: bool) -> None:
     """Open the attempt's transaction. SQLite: IMMEDIATE for writes (a deferred BEGIN cannot
     wait for another writer once it has read), deferred for a snapshot read. Postgres: psycopg
-    begins one by itself; a snapshot read asks for repeatable read."""
-    if dialect == "sqlite":
+    begins one by itself; a snapshot read asks for repeatable read; a store without prepared
+    statements (behind a transaction-mode pooler) then gives the transaction its settings."""
+    if connections.dialect == "sqlite":
         if write:
             cursor.execute_sql("BEGIN IMMEDIATE")
         elif snapshot:
             cursor.execute_sql("BEGIN DEFERRED")
-    elif snapshot and not write:
+        return
+    if snapshot and not write:
         cursor.execute_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    settings = connections.transaction_settings
+    if settings is not None:
+        cursor.execute_sql(settings.sql)
 
 
 class Connections(Protocol):
@@ -202,6 +207,12 @@ class Connections(Protocol):
 
     @property
     def dialect(self) -> str: ...
+
+    @property
+    def transaction_settings(self) -> CompiledStatement | None: ...
+
+    @property
+    def reads_need_settings(self) -> bool: ...
 
     def borrow(self) -> Any: ...
 
@@ -233,7 +244,10 @@ def attempt(
     connection = connections.borrow()
     cursor = None
     postgres = connections.dialect == "postgresql"
-    autocommit = postgres and not write and not snapshot
+    # A read is one statement with no transaction around it, unless it needs the store's
+    # settings (a schema's search_path) sent in one (behind a transaction-mode pooler).
+    transaction = write or snapshot or connections.reads_need_settings
+    autocommit = postgres and not transaction
     committing = False
     clean = False
     try:
@@ -241,15 +255,15 @@ def attempt(
             connection.dbapi_connection.autocommit = True
         cursor = kept_cursor(connection) if postgres else connection.dbapi_connection.cursor()
         driver = Cursor(dialect, cursor)
-        if write or snapshot:
-            _begin(driver, connections.dialect, write=write, snapshot=snapshot)
+        if transaction:
+            _begin(driver, connections, write=write, snapshot=snapshot)
         result = work(Transaction(driver))
         if write:
             if before_commit is not None:
                 before_commit()
             committing = True
             dialect.do_commit(connection)
-        elif snapshot:
+        elif transaction:
             dialect.do_rollback(connection)
         clean = True
         return result
