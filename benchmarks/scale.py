@@ -33,9 +33,10 @@ GROWTH_TARGET = 1.2
 RSS_GROWTH_LIMIT_MB = 4.0
 
 
-def fill(database: Database, snippets: int) -> dict[str, int]:
+def fill(database: Database, snippets: int, *, analyze: bool = True) -> dict[str, int]:
     """Write ~``snippets`` snippets (three per turn) into a fresh database, in SQL on the
-    server (a few hundred thousand rows take a second or two)."""
+    server (a few hundred thousand rows take a second or two), then analyse it (unless
+    ``analyze`` is false: ``fresh_plans`` measures before the statistics)."""
     turn_count = max(3, snippets // 3)
     hot_count = min(HOT_SNIPPETS_MAX, snippets // 2)
     params = {
@@ -63,8 +64,9 @@ def fill(database: Database, snippets: int) -> dict[str, int]:
                     " (SELECT count(*) FROM contexts WHERE entity_id = 2)"
                 )
             ).one()
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-            connection.exec_driver_sql("ANALYZE")
+        if analyze:
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+                connection.exec_driver_sql("ANALYZE")
     finally:
         engine.dispose()
     return dict(zip(("turns", "entities", "snippets", "hot"), map(int, counts), strict=True))
