@@ -28,7 +28,14 @@ import sqlalchemy as sa
 from tests import citus, passwords, servers
 
 # The helpers of the doubles module, and its fixtures (clock, logs, refused_port) for every suite.
-from tests.doubles import POSTGRES_ADMIN_URL, clock, logs, new_postgres_database, refused_port  # noqa: F401
+from tests.doubles import (  # noqa: F401
+    POSTGRES_ADMIN_URL,
+    clock,
+    direct_url,
+    logs,
+    new_postgres_database,
+    refused_port,
+)
 from zerda_store import ConversationEntityMemory, Store, migrate
 from zerda_store.db import settings
 
@@ -97,16 +104,6 @@ def pooled(request: pytest.FixtureRequest, url: str) -> str:
     """``url``'s database through the run's pooler (``ZERDA_TEST_POOLER``)."""
     bouncer: servers.PgBouncer = request.getfixturevalue("test_pooler")
     return bouncer.url(str(sa.make_url(url).database))
-
-
-def direct_url(url: str) -> str:
-    """The URL of ``url``'s Postgres database on the server itself (not through a pooler)."""
-    parsed = sa.make_url(url)
-    if parsed.get_backend_name() != "postgresql" or not POOLER_MODE:
-        return url
-    server = sa.make_url(POSTGRES_ADMIN_URL)
-    direct = parsed.set(host=server.host, port=server.port)
-    return direct.difference_update_query(["prepared_statements"]).render_as_string(False)
 
 
 @pytest.fixture(scope="session")

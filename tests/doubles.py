@@ -253,6 +253,18 @@ POSTGRES_ADMIN_URL = os.environ.get(
 )
 
 
+def direct_url(url: str) -> str:
+    """The URL of ``url``'s Postgres database on the test server itself, not through the run's
+    pooler (``ZERDA_TEST_POOLER``), as SQLAlchemy takes it: for reading and changing a test's
+    database beside the store. Any other URL as it is."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() != "postgresql" or "prepared_statements" not in parsed.query:
+        return url
+    server = sa.make_url(POSTGRES_ADMIN_URL)
+    direct = parsed.set(host=server.host, port=server.port)
+    return direct.difference_update_query(["prepared_statements"]).render_as_string(False)
+
+
 def new_postgres_database(admin: sa.Engine) -> tuple[str, Callable[[], None]]:
     """A new, empty Postgres database made through ``admin``: its URL, and how to drop it."""
     name = f"zerda_test_{uuid.uuid4().hex[:12]}"
@@ -296,7 +308,7 @@ def clock() -> Callable[[], float]:
 
 def query(database_url: str, sql: str, **params: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Column names and rows of one statement, on a connection of its own."""
-    engine = sa.create_engine(database_url)
+    engine = sa.create_engine(direct_url(database_url))
     try:
         with engine.connect() as connection:
             result = connection.execute(sa.text(sql), params)
@@ -306,7 +318,7 @@ def query(database_url: str, sql: str, **params: Any) -> tuple[list[str], list[t
 
 
 def execute(database_url: str, sql: str) -> None:
-    engine = sa.create_engine(database_url)
+    engine = sa.create_engine(direct_url(database_url))
     try:
         with engine.begin() as connection:
             connection.execute(sa.text(sql))

@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 import sqlalchemy as sa
 
-from tests.doubles import AsyncKeywordLLM, KeywordLLM
+from tests.doubles import AsyncKeywordLLM, KeywordLLM, direct_url
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.turns.attachment import Attachment
 from zerda_store.turns.repository import Repository
@@ -43,7 +43,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 
 def _count(database_url: str, sql: str) -> int:
-    engine = sa.create_engine(database_url)
+    engine = sa.create_engine(direct_url(database_url))
     try:
         with engine.connect() as connection:
             return int(connection.exec_driver_sql(sql).scalar_one())

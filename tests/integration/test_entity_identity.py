@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import FixedLLM, KeywordLLM
+from tests.doubles import FixedLLM, KeywordLLM, direct_url
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.errors import KeyRulesMismatchError, MergeError
 
@@ -15,7 +15,9 @@ TABLES = ("turns", "entities", "contexts", "entity_aliases", "extractions")
 
 def dump(database_url: str) -> dict[str, list[tuple[object, ...]]]:
     """Every row of the memory's tables, by id."""
-    engine = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    engine = sa.create_engine(
+        direct_url(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    )
     try:
         with engine.connect() as connection:
             return {
@@ -157,7 +159,9 @@ def merge_log_rows(database_url: str) -> int:
 
 
 def dump_table(database_url: str, table: str) -> list[tuple[object, ...]]:
-    engine = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    engine = sa.create_engine(
+        direct_url(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    )
     try:
         with engine.connect() as connection:
             return [tuple(row) for row in connection.exec_driver_sql(f"SELECT * FROM {table}")]

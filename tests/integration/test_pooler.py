@@ -239,9 +239,9 @@ def test_a_schema_holds_for_reads_and_writes_through_a_transaction_pooler(
             memory = ConversationEntityMemory(llm=KeywordLLM(["Layla"]), store=store)
             for number in range(12):  # past psycopg's prepare threshold
                 memory.save_context({"input": f"Layla visit {number}"}, {"output": "ok"})
-                assert "Layla visit" in memory.load_memory_variables({"input": "Layla"})[
-                    "entity_info"
-                ]
+                assert (
+                    "Layla visit" in memory.load_memory_variables({"input": "Layla"})["entity_info"]
+                )
             assert memory.list_entities() == ["Layla"]
         _, rows = query(url, "SELECT count(*) FROM crm.turns")
         assert rows == [(12,)]

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
+from tests.doubles import direct_url
 from zerda_store.db.schema import contexts, entities, metadata, turns
 from zerda_store.model.names import name_key
 
@@ -104,7 +105,7 @@ def row_counts(connection: sa.Connection) -> dict[str, int]:
 @contextmanager
 def inspect_database(url: str) -> Iterator[sa.Connection]:
     """A plain connection (no zerda_store settings) for reading the tables afterwards."""
-    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    engine = sa.create_engine(direct_url(url), poolclass=sa.NullPool)
     try:
         with engine.connect() as connection:
             yield connection

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import driver_calls
+from tests.doubles import direct_url, driver_calls
 from tests.reliability import workers
 from tests.reliability.helpers import (
     NamesExtractor,
@@ -174,7 +174,7 @@ ADA, BO, CY, ZED = "Ada North", "Bo Middle", "Cy Middle", "Zed South"
 
 @pytest.fixture
 def lock_holder(postgres_url: str) -> Iterator[sa.Connection]:
-    engine = sa.create_engine(postgres_url, poolclass=sa.NullPool)
+    engine = sa.create_engine(direct_url(postgres_url), poolclass=sa.NullPool)
     with engine.connect() as connection:
         yield connection
     engine.dispose()
@@ -182,7 +182,7 @@ def lock_holder(postgres_url: str) -> Iterator[sa.Connection]:
 
 def _wait_for_lock_waiters(url: str, expected: int) -> None:
     """Block until ``expected`` sessions of this database wait for a lock."""
-    engine = sa.create_engine(url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
+    engine = sa.create_engine(direct_url(url), poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
     query = sa.text(
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
@@ -283,7 +283,7 @@ def test_the_lock_order_scenario_deadlocks_when_keys_are_not_sorted(
         " FROM unnest(CAST(:keys AS text[])) WITH ORDINALITY AS t(k, n) ORDER BY n"
         " ON CONFLICT (session_id, name_key) DO UPDATE SET last_seen = excluded.last_seen"
     )
-    engine = sa.create_engine(postgres_url, poolclass=sa.NullPool)
+    engine = sa.create_engine(direct_url(postgres_url), poolclass=sa.NullPool)
 
     def upsert_in_input_order(names: list[str]) -> None:
         with engine.begin() as connection:

@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tests.doubles import direct_url
 from tests.reliability.helpers import VocabularyExtractor, turn_input, turn_names
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.db.schema import contexts, turns
@@ -56,7 +57,7 @@ def save_turns(
     memory = ConversationEntityMemory(
         extractor=VocabularyExtractor(), store=store, session_id=session_id, auto_migrate=False
     )
-    observer = sa.create_engine(url)
+    observer = sa.create_engine(direct_url(url))
     errors: list[str] = []
     observed: dict[str, list[int]] = {}
     notes: list[str] = []

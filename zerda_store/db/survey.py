@@ -108,8 +108,14 @@ def _schemas_with_our_tables(connection: Connection) -> tuple[str, ...]:
 
 def upgrade_command(store: Store) -> str:
     """The command line that creates or upgrades zerda_store's schema in this store's
-    database: its URL as written, password masked, quoted for a POSIX shell."""
+    database: its URL as written, password masked, quoted for a POSIX shell (for a store
+    behind a transaction pooler, a placeholder for the server's own URL)."""
     schema = f" --schema {shlex.quote(store.schema)}" if store.schema else ""
+    if store.prepared_statements is False:  # never through a transaction pooler
+        return (
+            f"zerda-store --database-url SERVER_URL{schema} db upgrade` (SERVER_URL: the "
+            "database on the server itself, not through the transaction pooler)`"
+        )
     return f"zerda-store --database-url {shlex.quote(store.safe_url)}{schema} db upgrade"
 
 
