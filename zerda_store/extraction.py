@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from .model.names import MAX_NAME_LENGTH, MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
 from .model.templates import filler
+from .telemetry import extraction as observed_extraction
 
 logger = logging.getLogger(__name__)
 
@@ -276,6 +277,9 @@ class ExtractionService:
         extractor, name = self._named(extractor)
         if not text.strip():
             return ExtractionResult((), name, "skipped")
+        return observed_extraction.observed(name, self._extract, text, extractor, name)
+
+    def _extract(self, text: str, extractor: Extractor, name: str) -> ExtractionResult:
         started = time.perf_counter()
         try:
             found = extractor.extract(text)
@@ -292,6 +296,13 @@ class ExtractionService:
         extractor, name = self._named(extractor)
         if not text.strip():
             return ExtractionResult((), name, "skipped")
+        return await observed_extraction.aobserved(
+            name, self._aextract, text, extractor, executor, name
+        )
+
+    async def _aextract(
+        self, text: str, extractor: Extractor, executor: Executor | None, name: str
+    ) -> ExtractionResult:
         started = time.perf_counter()
         try:
             found = await extract_async(extractor, text, executor)

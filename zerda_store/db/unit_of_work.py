@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
+from ..telemetry import units
 from .driver import CompiledStatement, Cursor, Runnable, compile_statement, kept_cursor
 from .failures import (
     WRITE_ATTEMPTS,
@@ -166,6 +167,19 @@ def _with_retries(
     """``attempt(*arguments, **keywords)``, run again while ``retryable`` allows, at most
     ``WRITE_ATTEMPTS`` times in all, backing off between attempts; the function is called
     directly, not through a closure made for each unit of work."""
+    if units.watching():  # inside an observed operation: the unit gets its span
+        kind = "write" if retryable is retryable_write else "read"
+        return cast(T, units.run(kind, _retried, store, retryable, attempt, arguments, keywords))
+    return _retried(store, retryable, attempt, arguments, keywords)
+
+
+def _retried(
+    store: Database,
+    retryable: Callable[[DBAPIError], bool],
+    attempt: Callable[..., T],
+    arguments: tuple[Any, ...],
+    keywords: dict[str, Any],
+) -> T:
     number = 1
     while True:
         try:
@@ -176,6 +190,7 @@ def _with_retries(
                 raise raised from raised.__cause__
             if number >= WRITE_ATTEMPTS:  # failure() gives up there: never run past it
                 raise AssertionError("a unit of work ran past its last attempt") from exc
+            units.retried(number, exc)
         time.sleep(backoff(number))
         number += 1
 
@@ -186,7 +201,7 @@ def _begin(cursor: Cursor, dialect: str, *, write: bool, snapshot: bool) -> None
     begins one by itself; a snapshot read asks for repeatable read."""
     if dialect == "sqlite":
         if write:
-            cursor.execute_sql("BEGIN IMMEDIATE")
+            units.locking(cursor.execute_sql, "BEGIN IMMEDIATE")
         elif snapshot:
             cursor.execute_sql("BEGIN DEFERRED")
     elif snapshot and not write:
