@@ -129,6 +129,9 @@ def observed(
 
         def start(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Operation | None:
             target = find_store(self)
+            outer = current.get()
+            if outer is not None and outer.name == label and outer.store is target:
+                return None  # the same operation, called through a second layer
             telemetry = telemetry_of(target)
             tracer = telemetry.tracer()
             instruments = telemetry.instruments()
