@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from .model.names import MAX_NAME_LENGTH, MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
 from .model.templates import filler
 from .telemetry import extraction as observed_extraction
+from .telemetry.operations import current as observed_operation
 
 logger = logging.getLogger(__name__)
 
@@ -277,7 +278,9 @@ class ExtractionService:
         extractor, name = self._named(extractor)
         if not text.strip():
             return ExtractionResult((), name, "skipped")
-        return observed_extraction.observed(name, self._extract, text, extractor, name)
+        if observed_operation.get() is not None:  # a span of its own
+            return observed_extraction.observed(name, self._extract, text, extractor, name)
+        return self._extract(text, extractor, name)
 
     def _extract(self, text: str, extractor: Extractor, name: str) -> ExtractionResult:
         started = time.perf_counter()

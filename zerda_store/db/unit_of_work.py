@@ -23,6 +23,7 @@ from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
 from ..telemetry import units
+from ..telemetry.operations import current as observed_operation
 from .driver import CompiledStatement, Cursor, Runnable, compile_statement, kept_cursor
 from .failures import (
     WRITE_ATTEMPTS,
@@ -167,7 +168,7 @@ def _with_retries(
     """``attempt(*arguments, **keywords)``, run again while ``retryable`` allows, at most
     ``WRITE_ATTEMPTS`` times in all, backing off between attempts; the function is called
     directly, not through a closure made for each unit of work."""
-    if units.watching():  # inside an observed operation: the unit gets its span
+    if observed_operation.get() is not None:  # inside an observed operation: a span
         kind = "write" if retryable is retryable_write else "read"
         return cast(T, units.run(kind, _retried, store, retryable, attempt, arguments, keywords))
     return _retried(store, retryable, attempt, arguments, keywords)

@@ -38,7 +38,7 @@ from ..model.templates import filler
 from ..retention.policies import Policies, PolicyCache
 from ..retention.policy import Visibility
 from ..retention.pruning import Pruner
-from ..telemetry.operations import note_recall, note_saved
+from ..telemetry.operations import note_saved
 from ..turns.erasure import Erasure
 from ..turns.ledger import Ledger
 from ..turns.repository import Repository
@@ -299,7 +299,6 @@ class MemoryCore:
         )
 
     def _variables(self, recalled: list[tuple[str, list[str]]]) -> dict[str, Any]:
-        note_recall(recalled)
         heading = filler(self.entity_info_template, "name")
         blocks = [
             heading(name) + "\n" + "\n".join(snippets) for name, snippets in recalled if snippets

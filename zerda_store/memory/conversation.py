@@ -22,7 +22,7 @@ from ..model.records import (
     ForgetReceipt,
 )
 from ..retention.policy import describe, make_rule, type_scope
-from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_content, observed
+from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
 from ..turns.repository import Repository
 from .base import RECALL_LIMIT, checked_key, entity_info, outcome
 from .conversation_aio import AsyncMethods
@@ -137,10 +137,10 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
     def load_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The recent snippets of every known entity the input mentions, as one string."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
-        note_content("gen_ai.memory.query.text", input_text)
         self._check_key_rules()
         mentions = self._mentions(self._extract(input_text))
         recalled = self._repository.recall(self.session_id, mentions, RECALL_LIMIT, self._visible())
+        note_recall(recalled, input_text)
         return self._variables(recalled)
 
     @observed(DELETE)

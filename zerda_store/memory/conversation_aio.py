@@ -18,7 +18,7 @@ from ..db.validation import mapping_text
 from ..extraction import ExtractionResult
 from ..model.records import ForgetReceipt, turn_text
 from ..retention.policy import Visibility, visibility
-from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_content, observed
+from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
 from ..turns.repository_aio import AsyncRepository
 from .base import RECALL_LIMIT, MemoryCore, checked_key, entity_info, outcome
 
@@ -96,12 +96,12 @@ class AsyncMethods(MemoryCore):
     async def aload_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """:meth:`load_memory_variables`, awaited."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
-        note_content("gen_ai.memory.query.text", input_text)
         await self._acheck_key_rules()
         mentions = self._mentions(await self._aextract(input_text))
         recalled = await self._async_repository().recall(
             self.session_id, mentions, RECALL_LIMIT, await self._avisible()
         )
+        note_recall(recalled, input_text)
         return self._variables(recalled)
 
     @observed(DELETE)

@@ -42,8 +42,9 @@ DELETE_STORE = "delete_memory_store"
 
 
 def telemetry_of(store: Any) -> Telemetry:
-    telemetry = getattr(store, "telemetry", None)
-    return telemetry if telemetry is not None else default_telemetry()
+    """The store's telemetry settings (the default ones for a store without any, such
+    as a unit test's fake)."""
+    return getattr(store, "telemetry", None) or default_telemetry()
 
 
 class Operation:
@@ -124,11 +125,9 @@ def observed(
 
     def decorate(method: F) -> F:
         label = name or method.__name__
-        find_store = store or _store_attribute
         find_session = session or _session_attribute
 
-        def start(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Operation | None:
-            target = find_store(self)
+        def start(self: Any, target: Any, args: tuple[Any, ...], kwargs: Any) -> Operation | None:
             outer = current.get()
             if outer is not None and outer.name == label and outer.store is target:
                 return None  # the same operation, called through a second layer
@@ -151,7 +150,10 @@ def observed(
 
             @functools.wraps(method)
             async def awrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-                operation = start(self, args, kwargs)
+                target = self.store if store is None else store(self)
+                operation = None
+                if not telemetry_of(target).quiet():
+                    operation = start(self, target, args, kwargs)
                 if operation is None:
                     try:
                         return await method(self, *args, **kwargs)
@@ -173,7 +175,10 @@ def observed(
 
         @functools.wraps(method)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            operation = start(self, args, kwargs)
+            target = self.store if store is None else store(self)
+            operation = None
+            if not telemetry_of(target).quiet():
+                operation = start(self, target, args, kwargs)
             if operation is None:
                 try:
                     return method(self, *args, **kwargs)
@@ -194,10 +199,6 @@ def observed(
         return cast(F, wrapper)
 
     return decorate
-
-
-def _store_attribute(instance: Any) -> Any:
-    return instance.store
 
 
 def _session_attribute(instance: Any, *_: Any, **__: Any) -> str | None:
@@ -296,12 +297,13 @@ def _failed_quietly(name: str, error: BaseException) -> None:
         )
 
 
-def note_recall(recalled: list[tuple[str, list[str]]]) -> None:
+def note_recall(recalled: list[tuple[str, list[str]]], query: str) -> None:
     """Inside an observed recall: how many entities and snippets it found (and, opted in,
-    which)."""
+    the query and what it found)."""
     operation = current.get()
     if operation is None:
         return
+    operation.set_content("gen_ai.memory.query.text", query)
     entities = sum(1 for _, snippets in recalled if snippets)
     snippets = sum(len(snippets) for _, snippets in recalled)
     operation.set("gen_ai.memory.record.count", snippets)

@@ -9,6 +9,7 @@ costs a dictionary lookup and never imports the package.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sys
 import threading
@@ -19,6 +20,7 @@ from .labels import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, SCHEMA_URL
 # The GenAI conventions' opt-in for message content; "true" (or SPAN_ONLY,
 # SPAN_AND_EVENT, EVENT_ONLY) also lets zerda_store record turn texts, names and snippets.
 CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_operations_logger = logging.getLogger("zerda_store.operations")
 _CONTENT_ON = {"true", "1", "yes", "span_only", "span_and_event", "event_only"}
 
 
@@ -77,6 +79,17 @@ class Telemetry:
                 self._session_labels.clear()
             self._session_labels[session_id] = label
         return label
+
+    def quiet(self) -> bool:
+        """True when nothing can listen: no provider given, OpenTelemetry's trace and
+        metrics modules never imported (so no global provider is set), and the
+        operations' logger not at DEBUG. The hot path of every call: a few lookups."""
+        if self.tracer_provider is not None or self.meter_provider is not None:
+            return False
+        modules = sys.modules
+        if "opentelemetry.trace" in modules or "opentelemetry.metrics" in modules:
+            return False
+        return not _operations_logger.isEnabledFor(logging.DEBUG)
 
     def tracer(self) -> Any:
         """The tracer to use, or None when no tracer provider is configured."""

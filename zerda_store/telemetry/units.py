@@ -38,11 +38,6 @@ class Unit:
         self.lock_wait = 0.0
 
 
-def watching() -> bool:
-    """Whether the running code is inside an observed operation."""
-    return current.get() is not None
-
-
 def run(kind: str, call: Callable[..., T], *arguments: Any) -> T:
     """``call(*arguments)`` as an observed unit of work of ``kind``."""
     operation = current.get()
