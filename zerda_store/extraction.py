@@ -137,7 +137,10 @@ async def extract_async(extractor: Extractor, text: str, executor: Executor | No
     if inspect.iscoroutinefunction(extractor.extract):
         return await extractor.extract(text)
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor, extractor.extract, text)
+    # The caller's context (its span) goes with the call to the thread, so that an
+    # instrumented LLM client's span nests under the extraction's.
+    call = observed_extraction.carried(extractor.extract)
+    return await loop.run_in_executor(executor, call, text)
 
 
 class StanzaExtractor:

@@ -348,3 +348,21 @@ print(sorted(span.name.split()[0] for span in exporter.get_finished_spans()))
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['extract_entities', 'read', 'search_memory']"
+
+
+def test_a_sync_llm_called_from_async_code_nests_its_own_span_under_the_extraction(
+    store: Store, recorded: Recorded
+) -> None:
+    tracer = recorded.tracer_provider.get_tracer("llm-client")
+
+    class TracedLLM(KeywordLLM):  # an instrumented LLM client, run on the store's LLM threads
+        def generate(self, prompt: str, max_tokens: int = 256) -> str:
+            with tracer.start_as_current_span("chat model"):
+                return super().generate(prompt, max_tokens)
+
+    memory = ConversationEntityMemory(llm=TracedLLM(NAMES), store=store, session_id=SESSION)
+    asyncio.run(memory.aload_memory_variables({"input": "Sarah?"}))
+    (model,) = recorded.named("chat model")
+    (extraction,) = recorded.named("extract_entities")
+    assert model.parent is not None and extraction.context is not None
+    assert model.parent.span_id == extraction.context.span_id

@@ -4,6 +4,7 @@ plain call. The extraction module hands results in; it imports no storage."""
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
@@ -114,3 +115,12 @@ def _end(
             instruments.extraction_failures.add(
                 1, {**attributes, "error.type": error_type or "ExtractionError"}
             )
+
+
+def carried(call: Callable[[str], T]) -> Callable[[str], T]:
+    """``call`` to be run on another thread in the caller's context, inside an observed
+    operation; ``call`` itself otherwise."""
+    if current.get() is None:
+        return call
+    context = contextvars.copy_context()
+    return lambda text: context.run(call, text)
