@@ -22,7 +22,9 @@ from opentelemetry.trace import StatusCode
 
 from tests.doubles import AsyncKeywordLLM, BrokenLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory, LockTimeoutError, Store, StoreError
+from zerda_store.db import unit_of_work
 from zerda_store.telemetry import Telemetry
+from zerda_store.telemetry.operations import UPDATE, observed
 
 NAMES = ["Sarah", "Acme"]
 SESSION = "customer-4711@example.com"
@@ -366,3 +368,35 @@ def test_a_sync_llm_called_from_async_code_nests_its_own_span_under_the_extracti
     (extraction,) = recorded.named("extract_entities")
     assert model.parent is not None and extraction.context is not None
     assert model.parent.span_id == extraction.context.span_id
+
+
+def test_a_retried_unit_of_work_shows_its_attempts_and_each_retry(
+    sqlite_url: str, recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(unit_of_work, "backoff", lambda _number: 0.0)
+
+    class Caller:
+        def __init__(self, store: Store) -> None:
+            self.store = store
+
+        @observed(UPDATE, "test_call")
+        def call(self, work: Any) -> Any:
+            return unit_of_work.write(self.store, work)
+
+    runs: list[int] = []
+
+    def work(transaction: Any) -> int:
+        runs.append(1)
+        if len(runs) == 1:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")  # lost
+        return 42
+
+    with Store(sqlite_url, telemetry=recorded.telemetry) as store:
+        assert Caller(store).call(work) == 42
+    (unit,) = recorded.named("write")
+    assert dict(unit.attributes or {})["zerda_store.unit_of_work.attempts"] == 2
+    (retry,) = unit.events
+    assert retry.name == "zerda_store.unit_of_work.retry"
+    assert dict(retry.attributes or {})["error.type"] == "ProgrammingError"
+    (retries,) = recorded.metrics()["zerda_store.unit_of_work.retries"]
+    assert retries.value == 1
