@@ -286,6 +286,7 @@ class ExtractionService:
         return self._extract(text, extractor, name)
 
     def _extract(self, text: str, extractor: Extractor, name: str) -> ExtractionResult:
+        """:meth:`extract` of text that is not blank."""
         started = time.perf_counter()
         try:
             found = extractor.extract(text)

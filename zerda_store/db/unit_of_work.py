@@ -168,19 +168,10 @@ def _with_retries(
     """``attempt(*arguments, **keywords)``, run again while ``retryable`` allows, at most
     ``WRITE_ATTEMPTS`` times in all, backing off between attempts; the function is called
     directly, not through a closure made for each unit of work."""
-    if observed_operation.get() is not None:  # inside an observed operation: a span
+    if observed_operation.get() is not None and units.outside_a_unit():  # its span
         kind = "write" if retryable is retryable_write else "read"
-        return cast(T, units.run(kind, _retried, store, retryable, attempt, arguments, keywords))
-    return _retried(store, retryable, attempt, arguments, keywords)
-
-
-def _retried(
-    store: Database,
-    retryable: Callable[[DBAPIError], bool],
-    attempt: Callable[..., T],
-    arguments: tuple[Any, ...],
-    keywords: dict[str, Any],
-) -> T:
+        observed = units.run(kind, _with_retries, store, retryable, attempt, *arguments, **keywords)
+        return cast(T, observed)
     number = 1
     while True:
         try:

@@ -23,6 +23,7 @@ from ..model.records import (
 )
 from ..retention.policy import describe, make_rule, type_scope
 from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
+from ..telemetry.operations import current as observed_operation
 from ..turns.repository import Repository
 from .base import RECALL_LIMIT, checked_key, entity_info, outcome
 from .conversation_aio import AsyncMethods
@@ -140,7 +141,8 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         self._check_key_rules()
         mentions = self._mentions(self._extract(input_text))
         recalled = self._repository.recall(self.session_id, mentions, RECALL_LIMIT, self._visible())
-        note_recall(recalled, input_text)
+        if observed_operation.get() is not None:
+            note_recall(recalled, input_text)
         return self._variables(recalled)
 
     @observed(DELETE)

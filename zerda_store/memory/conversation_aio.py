@@ -19,6 +19,7 @@ from ..extraction import ExtractionResult
 from ..model.records import ForgetReceipt, turn_text
 from ..retention.policy import Visibility, visibility
 from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
+from ..telemetry.operations import current as observed_operation
 from ..turns.repository_aio import AsyncRepository
 from .base import RECALL_LIMIT, MemoryCore, checked_key, entity_info, outcome
 
@@ -101,7 +102,8 @@ class AsyncMethods(MemoryCore):
         recalled = await self._async_repository().recall(
             self.session_id, mentions, RECALL_LIMIT, await self._avisible()
         )
-        note_recall(recalled, input_text)
+        if observed_operation.get() is not None:
+            note_recall(recalled, input_text)
         return self._variables(recalled)
 
     @observed(DELETE)

@@ -152,7 +152,7 @@ def observed(
             async def awrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
                 target = self.store if store is None else store(self)
                 operation = None
-                if not telemetry_of(target).quiet():
+                if not (getattr(target, "telemetry", None) or default_telemetry()).quiet():
                     operation = start(self, target, args, kwargs)
                 if operation is None:
                     try:
@@ -177,7 +177,7 @@ def observed(
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             target = self.store if store is None else store(self)
             operation = None
-            if not telemetry_of(target).quiet():
+            if not (getattr(target, "telemetry", None) or default_telemetry()).quiet():
                 operation = start(self, target, args, kwargs)
             if operation is None:
                 try:

@@ -38,13 +38,19 @@ class Unit:
         self.lock_wait = 0.0
 
 
-def run(kind: str, call: Callable[..., T], *arguments: Any) -> T:
-    """``call(*arguments)`` as an observed unit of work of ``kind``."""
+def outside_a_unit() -> bool:
+    """Whether no observed unit of work is running in this context (a unit of work that
+    runs another, as a read on the event loop falls back to a thread, is one span)."""
+    return _unit.get() is None
+
+
+def run(kind: str, call: Callable[..., T], *arguments: Any, **keywords: Any) -> T:
+    """``call(*arguments, **keywords)`` as an observed unit of work of ``kind``."""
     operation = current.get()
     if operation is None:
-        return call(*arguments)
+        return call(*arguments, **keywords)
     with _observed_unit(operation, kind, on_loop=False):
-        return call(*arguments)
+        return call(*arguments, **keywords)
 
 
 @contextmanager
