@@ -281,12 +281,8 @@ class ExtractionService:
         extractor, name = self._named(extractor)
         if not text.strip():
             return ExtractionResult((), name, "skipped")
-        if observed_operation.get() is not None:  # a span of its own
-            return observed_extraction.observed(name, self._extract, text, extractor, name)
-        return self._extract(text, extractor, name)
-
-    def _extract(self, text: str, extractor: Extractor, name: str) -> ExtractionResult:
-        """:meth:`extract` of text that is not blank."""
+        if observed_operation.get() is not None and observed_extraction.outside():
+            return observed_extraction.observed(name, self.extract, text, extractor)  # spanned
         started = time.perf_counter()
         try:
             found = extractor.extract(text)

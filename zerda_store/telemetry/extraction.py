@@ -31,6 +31,17 @@ class Extracted(Protocol):
 R = TypeVar("R", bound=Extracted)
 
 
+# Set while an observed extraction runs (its call, run again inside the span, is plain).
+_extracting: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "zerda_store_extracting", default=False
+)
+
+
+def outside() -> bool:
+    """Whether no observed extraction is running in this context."""
+    return not _extracting.get()
+
+
 def observed(extractor: str, call: Callable[..., R], *arguments: Any) -> R:
     """``call(*arguments)`` (an extraction by ``extractor``), observed inside an
     observed operation."""
@@ -38,12 +49,15 @@ def observed(extractor: str, call: Callable[..., R], *arguments: Any) -> R:
     if operation is None:
         return call(*arguments)
     span, attached = _start(operation, extractor)
+    token = _extracting.set(True)
     began = time.perf_counter()
     try:
         result = call(*arguments)
     except BaseException as exc:
+        _extracting.reset(token)
         _end(operation, extractor, span, attached, began, None, type(exc).__name__)
         raise
+    _extracting.reset(token)
     _end(operation, extractor, span, attached, began, result, None)
     return result
 
