@@ -1,6 +1,7 @@
-"""The OpenTelemetry SDK set up in the benchmark's service (``ZERDA_BENCH_OTEL=1``): the
-global tracer provider with a BatchSpanProcessor, and a meter provider, both exporting
-nowhere, so that a run measures what recording costs the service (not a collector)."""
+"""The OpenTelemetry SDK set up in the benchmark's service: ``ZERDA_BENCH_OTEL=traces``,
+the global tracer provider with a BatchSpanProcessor; ``ZERDA_BENCH_OTEL=all``, a meter
+provider too; both exporting nowhere, so that a run measures what recording costs the
+service (not a collector)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ class Dropped(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def configure() -> None:
+def configure(what: str = "traces") -> None:
+    """``traces``: the tracer provider only; ``all``: a meter provider too."""
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(Dropped()))
     trace.set_tracer_provider(tracer_provider)
-    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    if what == "all":
+        metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))

@@ -62,7 +62,7 @@ def serve(args: argparse.Namespace) -> None:
     if os.environ.get("ZERDA_BENCH_OTEL"):  # the memory traced: docs/observability.md
         from benchmarks.otel_setup import configure
 
-        configure()
+        configure(os.environ["ZERDA_BENCH_OTEL"])
 
     llm = (AsyncFakeLLM if args.llm == "async" else SyncFakeLLM)(args.delay)
     app = service_apps.make(args.app, args.url, llm, args.llm_workers, args.pool_size)

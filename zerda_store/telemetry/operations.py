@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
-from .labels import namespace_of, system_of
+from .labels import system_of
 from .settings import Telemetry, default_telemetry
 
 logger = logging.getLogger("zerda_store.operations")
@@ -81,7 +81,7 @@ class Operation:
         self.name = name
         self.content = telemetry.record_content
         self.session = telemetry.session_label(session_id)
-        system, namespace = system_of(store), namespace_of(store)
+        system, namespace = telemetry.labels(store)
         self.metric_attributes: dict[str, Any] = {
             "gen_ai.operation.name": gen_ai_operation,
             "zerda_store.operation": name,

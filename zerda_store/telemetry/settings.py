@@ -13,9 +13,16 @@ import logging
 import os
 import sys
 import threading
+import weakref
 from typing import Any
 
-from .labels import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, SCHEMA_URL
+from .labels import (
+    INSTRUMENTATION_NAME,
+    INSTRUMENTATION_VERSION,
+    SCHEMA_URL,
+    namespace_of,
+    system_of,
+)
 
 # The GenAI conventions' opt-in for message content; "true" (or SPAN_ONLY,
 # SPAN_AND_EVENT, EVENT_ONLY) also lets zerda_store record turn texts, names and snippets.
@@ -60,6 +67,7 @@ class Telemetry:
         self._meter_of: Any = None
         self._instruments: Any = None
         self._session_labels: dict[str, str] = {}
+        self._labels: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return (
@@ -90,6 +98,13 @@ class Telemetry:
         if "opentelemetry.trace" in modules or "opentelemetry.metrics" in modules:
             return False
         return not _operations_logger.isEnabledFor(logging.DEBUG)
+
+    def labels(self, store: Any) -> tuple[str, str]:
+        """``db.system.name`` and ``db.namespace`` of ``store``, worked out once."""
+        labels = self._labels.get(store)
+        if labels is None:
+            labels = self._labels[store] = (system_of(store), namespace_of(store))
+        return labels
 
     def tracer(self) -> Any:
         """The tracer to use, or None when no tracer provider is configured."""

@@ -12,6 +12,7 @@ the database thread that runs an async call's unit of work.
 from __future__ import annotations
 
 import contextvars
+import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,15 +61,14 @@ def _observed_unit(operation: Operation, kind: str, *, on_loop: bool) -> Iterato
     if operation.tracer is not None:
         from opentelemetry import context, trace
 
+        system, namespace = (
+            operation.attributes["db.system.name"],
+            operation.attributes["db.namespace"],
+        )
         span = operation.tracer.start_span(
-            f"{kind} {operation.attributes['db.namespace']}",
+            f"{kind} {namespace}",
             kind=trace.SpanKind.CLIENT,
-            attributes={
-                "db.system.name": operation.attributes["db.system.name"],
-                "db.namespace": operation.attributes["db.namespace"],
-                "db.operation.name": kind,
-                "zerda_store.unit_of_work.on_event_loop": on_loop,
-            },
+            attributes=_unit_attributes(system, namespace, kind, on_loop),
         )
         attached = context.attach(trace.set_span_in_context(span))
     unit = Unit(span)
@@ -99,7 +99,8 @@ def _end(
         from opentelemetry import context
         from opentelemetry.trace import Status, StatusCode
 
-        span.set_attribute("zerda_store.unit_of_work.attempts", unit.attempts)
+        if unit.attempts > 1:
+            span.set_attribute("zerda_store.unit_of_work.attempts", unit.attempts)
         if unit.lock_wait:
             span.set_attribute("zerda_store.lock.wait.duration", unit.lock_wait)
         if error_type is not None:
@@ -184,3 +185,15 @@ def locking(begin: Callable[[str], Any], statement: str) -> None:
     began = time.perf_counter()
     begin(statement)
     waited_for_lock(time.perf_counter() - began)
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_attributes(system: str, namespace: str, kind: str, on_loop: bool) -> dict[str, Any]:
+    """A unit of work's span attributes at its start (shared: the SDK copies them)."""
+    return {
+        "db.system.name": system,
+        "db.namespace": namespace,
+        "db.operation.name": kind,
+        "zerda_store.unit_of_work.attempts": 1,
+        "zerda_store.unit_of_work.on_event_loop": on_loop,
+    }
