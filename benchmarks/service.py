@@ -59,6 +59,11 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    if os.environ.get("ZERDA_BENCH_OTEL"):  # the memory traced: docs/observability.md
+        from benchmarks.otel_setup import configure
+
+        configure(os.environ["ZERDA_BENCH_OTEL"])
+
     llm = (AsyncFakeLLM if args.llm == "async" else SyncFakeLLM)(args.delay)
     app = service_apps.make(args.app, args.url, llm, args.llm_workers, args.pool_size)
     uvicorn.run(

@@ -32,6 +32,7 @@ from .model.records import PendingTurn
 from .retention.policies import Policies
 from .retention.policy import describe, make_rule, type_scope
 from .retention.pruning import Pruner
+from .telemetry.operations import UPDATE, counts, observed, observed_records, session_argument
 from .transfer.exporting import export_session
 from .transfer.importing import Importer
 from .turns.ledger import Ledger
@@ -88,7 +89,8 @@ class AdminRepository:
         Ids are the source database's and serve only as references between records. What
         the session's retention policy has expired is left out unless ``include_expired``
         (decided just before the snapshot: :func:`transfer.exporting.export_session`)."""
-        return export_session(self.store, session_id, include_expired=include_expired)
+        records = export_session(self.store, session_id, include_expired=include_expired)
+        return observed_records(self.store, "export_session", session_id, records)
 
     # -- retention ------------------------------------------------------------------------
 
@@ -157,6 +159,7 @@ class AdminRepository:
         """Turns whose extraction failed (of one session, or of all)."""
         return Ledger(self.store).failed_turns(session_id)
 
+    @observed(UPDATE, session=session_argument, done=counts)
     def import_session(
         self,
         session_id: str,
@@ -178,6 +181,7 @@ class AdminRepository:
         """The key rules the session was keyed with (None if none is recorded)."""
         return Repository(self.store).key_rules(session_id)
 
+    @observed(UPDATE, done=counts)
     def copy_to(
         self,
         target: Store,

@@ -22,6 +22,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from .model.names import MAX_NAME_LENGTH, MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
 from .model.templates import filler
+from .telemetry import extraction as observed_extraction
+from .telemetry.operations import current as observed_operation
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +137,10 @@ async def extract_async(extractor: Extractor, text: str, executor: Executor | No
     if inspect.iscoroutinefunction(extractor.extract):
         return await extractor.extract(text)
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor, extractor.extract, text)
+    # The caller's context (its span) goes with the call to the thread, so that an
+    # instrumented LLM client's span nests under the extraction's.
+    call = observed_extraction.carried(extractor.extract)
+    return await loop.run_in_executor(executor, call, text)
 
 
 class StanzaExtractor:
@@ -276,6 +281,8 @@ class ExtractionService:
         extractor, name = self._named(extractor)
         if not text.strip():
             return ExtractionResult((), name, "skipped")
+        if observed_operation.get() is not None and observed_extraction.outside():
+            return observed_extraction.observed(name, self.extract, text, extractor)  # spanned
         started = time.perf_counter()
         try:
             found = extractor.extract(text)
@@ -292,6 +299,13 @@ class ExtractionService:
         extractor, name = self._named(extractor)
         if not text.strip():
             return ExtractionResult((), name, "skipped")
+        return await observed_extraction.aobserved(
+            name, self._aextract, text, extractor, executor, name
+        )
+
+    async def _aextract(
+        self, text: str, extractor: Extractor, executor: Executor | None, name: str
+    ) -> ExtractionResult:
         started = time.perf_counter()
         try:
             found = await extract_async(extractor, text, executor)

@@ -36,6 +36,7 @@ from ..errors import (
     ReadOnlyStoreError,
     StoreError,
 )
+from ..telemetry import Telemetry, default_telemetry
 from . import unit_of_work
 from .driver import CompiledStatement, compile_statement
 from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncPart
@@ -100,11 +101,13 @@ class Store:
         async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
         pool_timeout: float = DEFAULT_POOL_TIMEOUT,
         prepared_statements: bool | None = None,
+        telemetry: Telemetry | None = None,
     ):
         for name, seconds in (("lock_timeout", lock_timeout), ("pool_timeout", pool_timeout)):
             if not seconds > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {seconds}")
         self.pool_timeout = float(pool_timeout)
+        self.telemetry = telemetry or default_telemetry()  # docs/observability.md
         self.url = resolve_url(database_url)
         self.lock_timeout = float(lock_timeout)
         self.durability: Durability = durability
@@ -293,6 +296,10 @@ class Store:
     def llm_workers(self) -> int:
         """How many threads :attr:`llm_executor` has."""
         return self._aio.llm_workers
+
+    def units_waiting(self) -> int:
+        """How many async units of work wait for a database thread (for metrics)."""
+        return self._aio.units_waiting()
 
     @property
     def async_pool_size(self) -> int:

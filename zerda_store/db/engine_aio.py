@@ -78,6 +78,11 @@ class AsyncPart:
                 threads = self._threads
         return threads
 
+    def units_waiting(self) -> int:
+        """How many units of work wait for a database thread (0 before any was made)."""
+        threads = self._threads
+        return 0 if threads is None else threads.waiting
+
     def threads_exhausted(self, size: int) -> PoolExhaustedError:
         """The error of an async call that found no database thread free in time."""
         return PoolExhaustedError(

@@ -23,6 +23,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..telemetry import units
 from .driver import Runnable, kept_cursor, named_rows
 from .pipeline import closed_by_server
 from .unit_of_work import OneStatement
@@ -47,6 +48,17 @@ async def read(store: Store, work: OneStatement[T]) -> T:
     connection = None if wait is None else await store.borrow_on_loop()
     if wait is None or connection is None:
         return await store.aread(work)
+    with units.on_loop("read"):
+        return await _read_on_loop(store, work, wait, connection, statement)
+
+
+async def _read_on_loop(
+    store: Store,
+    work: OneStatement[T],
+    wait: Callable[..., Awaitable[Any]],
+    connection: Any,
+    statement: Any,
+) -> T:
     driver_connection = connection.dbapi_connection
     dialect = store.engine.dialect
     rows: list[Any] | None = None

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CommitOutcomeUnknownError
+from ..telemetry import units
 from .driver import Runnable, named_rows
 from .failures import failure, retryable_write
 from .pipeline import closed_by_server, sent_steps, step_cursors
@@ -74,7 +75,14 @@ async def write(
         connection.invalidate()
         store.give_back(connection, reusable=False)
         return NOT_SENT
-    sending = _Sending(store, connection, prepared)
+    with units.on_loop("write"):
+        return await _sent(_Sending(store, connection, prepared), parts, stored)
+
+
+async def _sent(
+    sending: _Sending, parts: _Parts, stored: Callable[[list[Any]], bool]
+) -> list[Any] | NotSent:
+    """The pipeline sent whole, then its answer awaited (see :func:`write`)."""
     try:
         sending.send_whole(parts)  # no await before the sync is sent: nothing to cancel
     except BaseException as exc:

@@ -171,6 +171,11 @@ class ThreadGroup:
             worker.wake.acquire()
             job = worker.job
 
+    @property
+    def waiting(self) -> int:
+        """How many jobs wait for a thread right now (a racy read, for metrics)."""
+        return len(self._queued)
+
     def shutdown(self) -> None:
         """Let the running jobs end and wait for them; the waiting ones fail, the store
         being closed."""
@@ -198,6 +203,11 @@ class DatabaseThreads:
         self.size = size
         self._pool = ThreadGroup(size, "zerda-store-db")
         self._writer = ThreadGroup(1, "zerda-store-sqlite-writer") if dialect == "sqlite" else None
+
+    @property
+    def waiting(self) -> int:
+        """How many units of work wait for a thread right now (for metrics)."""
+        return self._pool.waiting + (0 if self._writer is None else self._writer.waiting)
 
     def submit(self, job: Job, *, write: bool) -> bool:
         """Hand ``job`` to a thread; False when it waits for one to come free."""

@@ -22,6 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
+from ..telemetry import units
+from ..telemetry.operations import current as observed_operation
 from .driver import CompiledStatement, Cursor, Runnable, compile_statement, kept_cursor
 from .failures import (
     WRITE_ATTEMPTS,
@@ -166,6 +168,10 @@ def _with_retries(
     """``attempt(*arguments, **keywords)``, run again while ``retryable`` allows, at most
     ``WRITE_ATTEMPTS`` times in all, backing off between attempts; the function is called
     directly, not through a closure made for each unit of work."""
+    if observed_operation.get() is not None and units.outside_a_unit():  # its span
+        kind = "write" if retryable is retryable_write else "read"
+        observed = units.run(kind, _with_retries, store, retryable, attempt, *arguments, **keywords)
+        return cast(T, observed)
     number = 1
     while True:
         try:
@@ -176,6 +182,7 @@ def _with_retries(
                 raise raised from raised.__cause__
             if number >= WRITE_ATTEMPTS:  # failure() gives up there: never run past it
                 raise AssertionError("a unit of work ran past its last attempt") from exc
+            units.retried(number, exc)
         time.sleep(backoff(number))
         number += 1
 
@@ -187,7 +194,7 @@ def _begin(cursor: Cursor, connections: Connections, *, write: bool, snapshot: b
     statements (behind a transaction-mode pooler) then gives the transaction its settings."""
     if connections.dialect == "sqlite":
         if write:
-            cursor.execute_sql("BEGIN IMMEDIATE")
+            units.locking(cursor.execute_sql, "BEGIN IMMEDIATE")
         elif snapshot:
             cursor.execute_sql("BEGIN DEFERRED")
         return

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from ..errors import CancelledAfterCommitError, CommitOutcomeUnknownError
+from ..telemetry import units
 from . import unit_of_work
 from .threads_aio import DatabaseThreads, Job
 from .unit_of_work import Database, SessionLock, Transaction
@@ -159,6 +160,7 @@ async def read(
 
 async def _awaited(where: AsyncThreads, job: Job, *, write: bool) -> Any:
     threads = where.database_threads()
+    job.run = units.carry(job.run)  # the caller's span and operation, on the thread
     timer = None
     if not threads.submit(job, write=write):  # every thread busy: it waits for one
         timer = job.loop.call_later(where.pool_timeout, _give_up, where, threads, job)

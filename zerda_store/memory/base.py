@@ -38,6 +38,7 @@ from ..model.templates import filler
 from ..retention.policies import Policies, PolicyCache
 from ..retention.policy import Visibility
 from ..retention.pruning import Pruner
+from ..telemetry.operations import note_saved
 from ..turns.erasure import Erasure
 from ..turns.ledger import Ledger
 from ..turns.repository import Repository
@@ -286,10 +287,12 @@ class MemoryCore:
         self, texts: tuple[str, str], result: ExtractionResult, idempotency_key: str | None
     ) -> NewTurn:
         input_text, output_text = texts
+        mentions = self._mentions(result)
+        note_saved(input_text, output_text, mentions)
         return NewTurn(
             input_text,
             output_text,
-            self._mentions(result),
+            mentions,
             self._now(),
             idempotency_key,
             outcome(result),

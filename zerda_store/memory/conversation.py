@@ -22,6 +22,8 @@ from ..model.records import (
     ForgetReceipt,
 )
 from ..retention.policy import describe, make_rule, type_scope
+from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
+from ..telemetry.operations import current as observed_operation
 from ..turns.repository import Repository
 from .base import RECALL_LIMIT, checked_key, entity_info, outcome
 from .conversation_aio import AsyncMethods
@@ -93,6 +95,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         self._policy.forget()
         return deleted
 
+    @observed(DELETE, done=counts)
     def prune(self, *, dry_run: bool = False) -> dict[str, int]:
         """Delete what this session's policy expired, in batches of at most 1,000 rows,
         each its own short transaction; ``dry_run`` only counts. Returns the counts of
@@ -102,6 +105,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
 
     # -- the original API ---------------------------------------------------------------
 
+    @observed(UPDATE)
     def save_context(
         self,
         inputs: Mapping[str, Any],
@@ -121,6 +125,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         self._expire_if_idle()
         self._repository.save_turn(self.session_id, self._turn(inputs, outputs, key))
 
+    @observed(UPDATE)
     def save_contexts(self, pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> int:
         """Store many turns in one transaction, as a ``save_context`` loop would; returns
         how many. Nothing is stored if any pair is refused."""
@@ -129,14 +134,18 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
             self._expire_if_idle()
         return len(self._repository.save_turns(self.session_id, new_turns))
 
+    @observed(SEARCH)
     def load_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The recent snippets of every known entity the input mentions, as one string."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
         self._check_key_rules()
         mentions = self._mentions(self._extract(input_text))
         recalled = self._repository.recall(self.session_id, mentions, RECALL_LIMIT, self._visible())
+        if observed_operation.get() is not None:
+            note_recall(recalled, input_text)
         return self._variables(recalled)
 
+    @observed(DELETE)
     def clear(self) -> None:
         """Delete this session's turns, entities and snippets (other sessions are untouched)."""
         self._erasure.clear(self.session_id)
@@ -144,6 +153,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
     def get_memory_stats(self) -> dict[str, Any]:
         return self._stats(self._repository.stats(self.session_id, self._visible()))
 
+    @observed(SEARCH)
     def get_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """What is known about one entity (found by its name or an alias), or None if it is
         not tracked; ``aliases`` lists its other names."""
@@ -157,6 +167,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         """Display names of the session's entities in first-seen order."""
         return list(self.entity_store)
 
+    @observed(DELETE, done=counts)
     def forget_entity(self, name: str, *, with_turns: bool = False) -> dict[str, Any]:
         """Erase one entity and its snippets, and its name from the turns that mention it;
         ``with_turns=True`` deletes those turns (and all their snippets) instead.
@@ -170,6 +181,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         )
         return asdict(receipt or ForgetReceipt())
 
+    @observed(UPDATE, done=counts)
     def reextract(self) -> dict[str, int]:
         """Run extraction again for this session's turns whose extraction failed, and
         attach their snippets as if it had worked the first time. Running it twice adds

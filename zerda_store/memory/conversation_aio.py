@@ -18,6 +18,8 @@ from ..db.validation import mapping_text
 from ..extraction import ExtractionResult
 from ..model.records import ForgetReceipt, turn_text
 from ..retention.policy import Visibility, visibility
+from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
+from ..telemetry.operations import current as observed_operation
 from ..turns.repository_aio import AsyncRepository
 from .base import RECALL_LIMIT, MemoryCore, checked_key, entity_info, outcome
 
@@ -69,6 +71,7 @@ class AsyncMethods(MemoryCore):
         if policy is not None and policy.general.session_idle is not None:
             await asyncio.to_thread(self._expire_if_idle)
 
+    @observed(UPDATE)
     async def asave_context(
         self,
         inputs: Mapping[str, Any],
@@ -90,6 +93,7 @@ class AsyncMethods(MemoryCore):
         turn = self._new_turn(texts, await self._aextract(turn_text(*texts)), key)
         await repository.save_turn(self.session_id, turn)
 
+    @observed(SEARCH)
     async def aload_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """:meth:`load_memory_variables`, awaited."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
@@ -98,8 +102,11 @@ class AsyncMethods(MemoryCore):
         recalled = await self._async_repository().recall(
             self.session_id, mentions, RECALL_LIMIT, await self._avisible()
         )
+        if observed_operation.get() is not None:
+            note_recall(recalled, input_text)
         return self._variables(recalled)
 
+    @observed(DELETE)
     async def aclear(self) -> None:
         """:meth:`clear`, awaited."""
         await self._erasure.aclear(self.session_id)
@@ -109,6 +116,7 @@ class AsyncMethods(MemoryCore):
         visible = await self._avisible()
         return self._stats(await self._async_repository().stats(self.session_id, visible))
 
+    @observed(SEARCH)
     async def aget_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """:meth:`get_entity_info`, awaited."""
         mention = self._named(entity_name)
@@ -125,6 +133,7 @@ class AsyncMethods(MemoryCore):
         entities = await self._async_repository().list_entities(self.session_id, visible)
         return [entity.name for entity in entities]
 
+    @observed(DELETE, done=counts)
     async def aforget_entity(self, name: str, *, with_turns: bool = False) -> dict[str, Any]:
         """:meth:`forget_entity`, awaited."""
         key = self._key(name)
@@ -137,6 +146,7 @@ class AsyncMethods(MemoryCore):
         )
         return asdict(receipt or ForgetReceipt())
 
+    @observed(UPDATE, done=counts)
     async def areextract(self) -> dict[str, int]:
         """:meth:`reextract`, awaited (one failed turn at a time, as there)."""
         self.store.check_writable()

@@ -8,12 +8,14 @@ from typing import Any
 from ..db.validation import MAX_COUNT, MAX_ID, checked_name, checked_text, checked_whole_number
 from ..errors import MergeError
 from ..identity.similar import similar_pairs
+from ..telemetry.operations import DELETE, UPDATE, counts, observed
 from .base import MemoryCore
 
 
 class IdentityMethods(MemoryCore):
     """The identity calls of :class:`conversation.ConversationEntityMemory`."""
 
+    @observed(UPDATE)
     def add_alias(self, name: str, alias: str) -> bool:
         """Make ``alias`` another name of the entity ``name`` names: a mention of the alias
         then names that entity (recall, saves, ``get_entity_info``). False if it was one
@@ -28,12 +30,14 @@ class IdentityMethods(MemoryCore):
             self._now(),
         )
 
+    @observed(DELETE)
     def remove_alias(self, alias: str) -> bool:
         """Stop ``alias`` naming its entity; False if no entity had it."""
         self.store.check_writable()
         self._check_key_rules()
         return self._identity.remove_alias(self.session_id, checked_text(alias, "alias"))
 
+    @observed(UPDATE, done=counts)
     def merge_entities(self, keep: str, other: str) -> dict[str, Any]:
         """Merge the entity ``other`` names into the one ``keep`` names: its snippets and
         aliases move, its name becomes an alias, and the merge log keeps what
@@ -48,6 +52,7 @@ class IdentityMethods(MemoryCore):
         )
         return asdict(receipt)
 
+    @observed(UPDATE, done=counts)
     def unmerge(self, merge_id: int) -> dict[str, Any]:
         """Undo merge ``merge_id`` (see :meth:`merges`): both entities as they were."""
         self.store.check_writable()

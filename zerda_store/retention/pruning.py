@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from ..db.engine import Store
 from ..db.schema import ANY_SCOPE, contexts, entities, in_same_session, retention_policies, turns
 from ..db.unit_of_work import Transaction
+from ..telemetry.operations import DELETE, counts, note_pruned, observed, session_argument
 from .policies import Policies
 from .policy import Clock, Visibility, session_lock
 from .statements import PruneStatements
@@ -84,6 +85,7 @@ class Pruner:
             ).subquery()
             return sorted(connection.execute(sa.select(found.c.session_id)).scalars())
 
+    @observed(DELETE, done=counts)
     def prune_all(self, *, dry_run: bool = False) -> PruneReceipt:
         """Prune every session a policy applies to; the receipts summed."""
         total = PruneReceipt()
@@ -91,6 +93,7 @@ class Pruner:
             total.add(self.prune(session_id, dry_run=dry_run))
         return total
 
+    @observed(DELETE, session=session_argument, done=counts)
     def prune(self, session_id: str, *, dry_run: bool = False) -> PruneReceipt:
         """Prune one session by its policy (nothing without one)."""
         policy = self.policies.effective(session_id)
@@ -98,13 +101,16 @@ class Pruner:
             return PruneReceipt()
         visible = self.policies.visibility(session_id, policy, self.now())
         if dry_run:
-            return self._count(session_id, visible)
+            counted = self._count(session_id, visible)
+            note_pruned(self.store, session_id, counted, dry_run=True)
+            return counted
         receipt = PruneReceipt(sessions=int(visible.idle_expired))
         receipt.add(self._old_turns(session_id, visible))
         receipt.snippets += self._old_snippets(session_id, visible)
         if not visible.idle_expired:
             receipt.snippets += self._beyond_keep_last(session_id, visible)
         receipt.entities += self._orphans(session_id)
+        note_pruned(self.store, session_id, receipt, dry_run=False)
         return receipt
 
     # -- the steps ------------------------------------------------------------------------
