@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -108,12 +107,12 @@ class PgBouncer:
         return f"postgresql+psycopg://{user}@127.0.0.1:{self.port}/{database}{query}"
 
     def add_user(self, user: str) -> None:
-        """Let ``user`` log in through the pooler (takes effect at once: reloaded)."""
+        """Let ``user`` log in through the pooler (restarted if running: the signal that
+        reloads it would reach ``runuser``, not the pooler)."""
         self.users.append(user)
         self._write_users()
         if self._process is not None:
-            self._process.send_signal(signal.SIGHUP)
-            time.sleep(0.2)
+            self.restart()
 
     def _write_users(self) -> None:
         (self.folder / "users.txt").write_text("".join(f'"{user}" ""\n' for user in self.users))

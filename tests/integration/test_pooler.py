@@ -255,3 +255,30 @@ def test_schema_changes_refuse_a_transaction_pooler(
     url = transaction_pooler.url(_database(direct_url))
     with Store(url) as store, pytest.raises(StoreError, match="URL of the server itself"):
         migrate.upgrade(store)
+
+
+def test_a_granted_service_role_works_through_a_transaction_pooler(
+    transaction_pooler: servers.PgBouncer, postgres_admin: sa.Engine
+) -> None:
+    """The production set-up: the owner upgrades and grants on the server itself, the
+    service role's store goes through the pooler, with a schema of its own."""
+    from tests.integration.test_roles import drop_roles, make_roles  # the roles' helpers
+
+    roles = make_roles(postgres_admin, schema="crm")
+    try:
+        succeeded = roles.cli(roles.owner, "db", "grant", "--service", roles.service)
+        assert succeeded.exit_code == 0, succeeded.output
+        transaction_pooler.add_user(roles.service)
+        pooled = transaction_pooler.url(roles.database, user=roles.service)
+        with Store(pooled, schema="crm", lock_timeout=1.0) as store:
+            memory = ConversationEntityMemory(llm=KeywordLLM(["Layla", "Omar"]), store=store)
+            for number in range(8):
+                memory.save_context({"input": f"Layla met Omar ({number})"}, {"output": "ok"})
+                recalled = memory.load_memory_variables({"input": "Layla"})["entity_info"]
+                assert f"({number})" in recalled
+            assert memory.forget_entity("Omar")
+            assert memory.list_entities() == ["Layla"]
+            with pytest.raises(StoreError, match="URL of the server itself"):
+                migrate.upgrade(store)
+    finally:
+        drop_roles(postgres_admin, roles)
