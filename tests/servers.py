@@ -13,15 +13,31 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from glob import glob
 from pathlib import Path
+from typing import TypeVar
 
+import pytest
 import sqlalchemy as sa
+
+T = TypeVar("T")
 
 
 class NoServer(Exception):
     """The server cannot be started on this machine (the message says why)."""
+
+
+def needed(server: AbstractContextManager[T]) -> Iterator[T]:
+    """For a fixture: what ``server`` starts; if it cannot start, the test skips, or fails
+    where Postgres tests are required (``ZERDA_STORE_REQUIRE_POSTGRES=1``, as in CI)."""
+    try:
+        with server as started:
+            yield started
+    except NoServer as exc:
+        if os.environ.get("ZERDA_STORE_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"cannot start a server the test needs: {exc}")
+        pytest.skip(f"cannot start a server the test needs: {exc}")
 
 
 def program(name: str) -> str:

@@ -16,7 +16,6 @@ import pytest
 import sqlalchemy as sa
 
 from tests import servers
-from tests.conftest import REQUIRE_POSTGRES
 from tests.doubles import KeywordLLM, new_postgres_database, query
 from zerda_store import (
     ConversationEntityMemory,
@@ -37,13 +36,7 @@ def _bouncer(mode: str) -> Iterator[servers.PgBouncer]:
     # In session mode each client connection holds a server connection: room for the
     # store's whole pool. In transaction mode fewer server connections than threads.
     pool_size = 4 if mode == "transaction" else 20
-    try:
-        with servers.pgbouncer(mode=mode, pool_size=pool_size) as bouncer:
-            yield bouncer
-    except servers.NoServer as exc:
-        if REQUIRE_POSTGRES:
-            pytest.fail(f"no PgBouncer: {exc}")
-        pytest.skip(f"no PgBouncer: {exc}")
+    yield from servers.needed(servers.pgbouncer(mode=mode, pool_size=pool_size))
 
 
 @pytest.fixture(scope="module")

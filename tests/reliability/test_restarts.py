@@ -15,7 +15,6 @@ import pytest
 import sqlalchemy as sa
 
 from tests import servers
-from tests.conftest import REQUIRE_POSTGRES
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store, StoreError, migrate
 
@@ -26,24 +25,14 @@ NAMES = ["Omar", "Layla", "Riyadh"]
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[servers.PrivateCluster]:
-    try:
-        with servers.private_cluster() as made:
-            yield made
-    except servers.NoServer as exc:
-        if REQUIRE_POSTGRES:
-            pytest.fail(f"no private Postgres cluster: {exc}")
-        pytest.skip(f"no private Postgres cluster: {exc}")
+    yield from servers.needed(servers.private_cluster())
 
 
 @pytest.fixture(scope="module")
 def bouncer(cluster: servers.PrivateCluster) -> Iterator[servers.PgBouncer]:
-    try:
-        with servers.pgbouncer(mode="transaction", server_port=cluster.port, pool_size=4) as made:
-            yield made
-    except servers.NoServer as exc:
-        if REQUIRE_POSTGRES:
-            pytest.fail(f"no PgBouncer: {exc}")
-        pytest.skip(f"no PgBouncer: {exc}")
+    yield from servers.needed(
+        servers.pgbouncer(mode="transaction", server_port=cluster.port, pool_size=4)
+    )
 
 
 @pytest.fixture(params=["direct", "pooled"])
