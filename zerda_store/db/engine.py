@@ -87,6 +87,10 @@ class Store:
     is for a transaction-mode pooler such as PgBouncer: no statement is prepared on the
     server, and the store's settings are sent inside each transaction instead of once per
     connection (:mod:`settings`). Schema changes (``db upgrade``) need a direct connection.
+
+    ``telemetry`` (a :class:`zerda_store.telemetry.Telemetry`) says how the store reports
+    itself to OpenTelemetry: by default through the global providers, once configured, and
+    without turn texts, names or snippets (docs/observability.md).
     """
 
     def __init__(
