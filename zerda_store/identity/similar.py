@@ -1,26 +1,40 @@
-"""Entities that may be one: the folds that cost precision, used only to suggest merges
-for a person to confirm (``entities --similar``), never to merge.
+"""Entities that may be one: the folds that cost precision, and the variants a name goes
+by (attested transliterations, nicknames, acronyms: :mod:`.variants`), used only to
+suggest merges for a person to confirm (``entities --similar``), never to merge.
 
 Pure functions. Each rule maps a name to a loose form; two entities whose loose forms
 are equal under a rule are a pair, with that rule as the reason. Spelling variants are
 names one edit apart (two for long names): candidates share a form with one letter
-deleted, or sort near each other (forwards or backwards), and are then measured.
+deleted, or sort near each other (forwards or backwards), and are then measured; two
+names the data knows as two different names (Samir and Samira, Hamad and Hamed) are not
+misspellings of one another. Variants are found by their keys (:mod:`.variants`): names
+that share a reading as attested units (transliterations), a given name's nickname
+family and the rest of the name (nicknames), or an acronym and a name's initials.
 
 The work is bounded: a block of names that share a form is paired by sorted
 neighbourhood (each name with the ``WINDOW`` names after it in sorted order) once it is
 larger than ``WINDOW``, so a session of look-alike names costs time in proportion to
-its size, not its square. Pairs come best first: by the strength of their reason, then
-in first-seen order; ``limit`` keeps the first ones.
+its size, not its square. Each pair has a score (0-1: how likely one entity); pairs come
+best first: by score, then in first-seen order; ``limit`` keeps the first ones.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..model.names import EXACT, KeyRules, fold_v2_text, is_held_apart
 from .rules import identify
+from .variants import (
+    Reading,
+    acronym_of,
+    distinct_given_names,
+    initials,
+    nickname_keys,
+    nickname_link,
+    readings,
+)
 
 # The Arabic article at the start of a word, after an optional conjunction or preposition.
 _ARTICLE = re.compile(r"(?<!\S)ال(?=\S{2,})")
@@ -42,6 +56,15 @@ class SimilarPair:
     a: str
     b: str
     reason: str
+    score: float = 0.0
+
+
+@dataclass
+class Pairing:
+    """What one pairing cost: the candidate pairs its blocks proposed (each measured or
+    scored once), for the tests that pin its bound."""
+
+    candidates: int = 0
 
 
 def _core(name: str, _folded: str, rules: KeyRules) -> str:
@@ -71,7 +94,26 @@ RULES: tuple[tuple[str, Callable[[str, str, KeyRules], str]], ...] = (
 )
 SPELLING = "spelling"
 FIRST_NAME = "first name"
+TRANSLITERATION = "transliteration"
+NICKNAME = "nickname"
+ACRONYM = "acronym"
 REASONS = (*(reason for reason, _ in RULES), SPELLING, FIRST_NAME)
+VARIANT_REASONS = (TRANSLITERATION, NICKNAME, ACRONYM)
+# How likely each reason's pairs are one entity: the order they are listed in.
+SCORES = {
+    "title or legal suffix": 0.95,
+    "possessive": 0.9,
+    "Arabic article": 0.9,
+    "spacing": 0.85,
+    SPELLING: 0.6,
+    FIRST_NAME: 0.4,
+}
+# A transliteration's score: this much, and the weakest attestation's share of the rest.
+_TRANSLITERATION_FLOOR = 0.5
+_TRANSLITERATION_SPAN = 0.4
+NICKNAME_SCORES = {("nickname", True): 0.75, ("same name", True): 0.65,
+                   ("nickname", False): 0.5, ("same name", False): 0.45}  # fmt: skip
+ACRONYM_SCORE = 0.7
 
 
 def similar_pairs(
@@ -79,16 +121,28 @@ def similar_pairs(
     rules: KeyRules,
     limit: int | None = None,
     cores: Sequence[str] | None = None,
+    *,
+    rejected: Collection[tuple[str, str]] = (),
+    pairing: Pairing | None = None,
 ) -> list[SimilarPair]:
     """Pairs of ``names`` (one per entity, in first-seen order) that may name one
     entity, each pair once, best first; at most ``limit`` of them (None: all).
     ``cores``: the names' core keys as stored (else computed: the costliest step); a core
-    held apart by an unmerge is computed from the name, so that the pair is still shown."""
+    held apart by an unmerge is computed from the name, so that the pair is still shown.
+    ``rejected``: pairs of keys (``rules.key`` of the two names, in sorted order) a
+    person judged two entities: never listed."""
     if rules is EXACT:
         return []
+    pairing = pairing if pairing is not None else Pairing()
     folded = [fold_v2_text(name) for name in names]
-    found: dict[tuple[int, int], int] = {}
-    for rank, (_reason, loose) in enumerate(RULES):
+    found: dict[tuple[int, int], tuple[float, str]] = {}
+
+    def keep(pair: tuple[int, int], score: float, reason: str) -> None:
+        pairing.candidates += 1
+        if folded[pair[0]] != folded[pair[1]] and found.get(pair, (0.0, ""))[0] < score:
+            found[pair] = (score, reason)
+
+    for reason, loose in RULES:
         if loose is _core and cores is not None:
             forms: Iterable[str] = (
                 identify(name, rules).core if is_held_apart(core) else core
@@ -98,13 +152,109 @@ def similar_pairs(
             forms = (loose(name, text, rules) for name, text in zip(names, folded, strict=True))
         for members in _blocks(forms).values():
             for pair in _block_pairs(members, folded):
-                found.setdefault(pair, rank)
+                keep(pair, SCORES[reason], reason)
+    read = [readings(name) for name in names]
     for pair in _spelling_pairs(folded):
-        found.setdefault(pair, REASONS.index(SPELLING))
+        if not _distinct_names(read[pair[0]], read[pair[1]]) and not distinct_given_names(
+            folded[pair[0]], folded[pair[1]]
+        ):
+            keep(pair, SCORES[SPELLING], SPELLING)
     for pair in _first_name_pairs(folded):
-        found.setdefault(pair, REASONS.index(FIRST_NAME))
-    best = sorted(found.items(), key=lambda item: (item[1], item[0]))
-    return [SimilarPair(names[i], names[j], REASONS[rank]) for (i, j), rank in best[:limit]]
+        keep(pair, SCORES[FIRST_NAME], FIRST_NAME)
+    for pair, score in _transliteration_pairs(read, folded):
+        keep(pair, score, TRANSLITERATION)
+    for pair, score in _nickname_pairs(folded):
+        keep(pair, score, NICKNAME)
+    for pair in _acronym_pairs(names, cores, folded, rules):
+        keep(pair, ACRONYM_SCORE, ACRONYM)
+    if rejected:
+        refused = set(rejected)
+        found = {
+            pair: value
+            for pair, value in found.items()
+            if judged_pair(rules.key(names[pair[0]]), rules.key(names[pair[1]])) not in refused
+        }
+    best = sorted(found.items(), key=lambda item: (-item[1][0], item[0]))
+    return [
+        SimilarPair(names[i], names[j], reason, round(score, 2))
+        for (i, j), (score, reason) in best[:limit]
+    ]
+
+
+def judged_pair(key_a: str, key_b: str) -> tuple[str, str]:
+    """Two entities' keys as a judgement records them: in sorted order."""
+    return (key_a, key_b) if key_a <= key_b else (key_b, key_a)
+
+
+def _distinct_names(one: list[Reading], other: list[Reading]) -> bool:
+    """Whether the data knows both names, unit by unit, as different names (Samir and
+    Samira, Hamad and Hamed): then one is no misspelling of the other."""
+    complete = [r.key for r in one if r.complete], [r.key for r in other if r.complete]
+    return all(complete) and not set(complete[0]) & set(complete[1])
+
+
+def _transliteration_pairs(
+    read: Sequence[list[Reading]], folded: Sequence[str]
+) -> Iterator[tuple[tuple[int, int], float]]:
+    """Names sharing a reading as attested units, scored by the weakest attestation."""
+    weights: dict[tuple[str, ...], dict[int, float]] = {}
+    for index, found in enumerate(read):
+        for reading in found:
+            block = weights.setdefault(reading.key, {})
+            block[index] = max(reading.weight, block.get(index, 0.0))
+    for block in weights.values():
+        if len(block) > 1:
+            for a, b in _block_pairs(list(block), folded):
+                weight = min(block[a], block[b])
+                yield (a, b), _TRANSLITERATION_FLOOR + _TRANSLITERATION_SPAN * weight
+
+
+def _nickname_pairs(folded: Sequence[str]) -> Iterator[tuple[tuple[int, int], float]]:
+    """Names whose first words are a name and its nickname (or two nicknames of one
+    name) and whose other words are the same (or both absent)."""
+    blocks = _blocks_of_many((index, nickname_keys(text)) for index, text in enumerate(folded))
+    for members in blocks.values():
+        for a, b in _block_pairs(members, folded):
+            link = nickname_link(folded[a], folded[b])
+            if link is not None:
+                yield (a, b), NICKNAME_SCORES[link, " " in folded[a]]
+
+
+def _acronym_pairs(
+    names: Sequence[str], cores: Sequence[str] | None, folded: Sequence[str], rules: KeyRules
+) -> Iterator[tuple[int, int]]:
+    """An acronym ("HSBC") with a name of several words whose initials it is."""
+    acronyms: dict[str, list[int]] = {}
+    for index, name in enumerate(names):
+        acronym = acronym_of(name)
+        if acronym is not None:
+            acronyms.setdefault(acronym, []).append(index)
+    if not acronyms:
+        return
+    for index, name in enumerate(names):
+        if len(name.split()) < 2 and "&" not in name:
+            continue
+        core = cores[index] if cores is not None and not is_held_apart(cores[index]) else None
+        shown_core = identify(name, rules).core if core is None or core != folded[index] else name
+        for letters in initials(name, _core_as_written(name, shown_core)):
+            for other in acronyms.get(letters, ())[: WINDOW + 1]:
+                yield min(index, other), max(index, other)
+
+
+def _core_as_written(name: str, core: str) -> str:
+    """The words of ``name`` its core keeps, as written (the initials need their case)."""
+    kept = set(core.split()) if core else set()
+    words = [word for word in name.split() if fold_v2_text(word) in kept]
+    return " ".join(words) if words else name
+
+
+def _blocks_of_many(keyed: Iterable[tuple[int, set[str]]]) -> dict[str, list[int]]:
+    """The indexes, by each of their keys."""
+    blocks: dict[str, list[int]] = {}
+    for index, keys in keyed:
+        for key in keys:
+            blocks.setdefault(key, []).append(index)
+    return blocks
 
 
 def _blocks(forms: Iterable[str]) -> dict[str, list[int]]:
