@@ -123,14 +123,15 @@ def similar_pairs(
     cores: Sequence[str] | None = None,
     *,
     rejected: Collection[tuple[str, str]] = (),
+    keys: Sequence[str] | None = None,
     pairing: Pairing | None = None,
 ) -> list[SimilarPair]:
     """Pairs of ``names`` (one per entity, in first-seen order) that may name one
     entity, each pair once, best first; at most ``limit`` of them (None: all).
     ``cores``: the names' core keys as stored (else computed: the costliest step); a core
     held apart by an unmerge is computed from the name, so that the pair is still shown.
-    ``rejected``: pairs of keys (``rules.key`` of the two names, in sorted order) a
-    person judged two entities: never listed."""
+    ``rejected``: pairs of entity keys (``keys``, else ``rules.key`` of the names; in
+    sorted order: :func:`judged_pair`) a person judged two entities: never listed."""
     if rules is EXACT:
         return []
     pairing = pairing if pairing is not None else Pairing()
@@ -169,10 +170,14 @@ def similar_pairs(
         keep(pair, ACRONYM_SCORE, ACRONYM)
     if rejected:
         refused = set(rejected)
+
+        def key(index: int) -> str:
+            return keys[index] if keys is not None else rules.key(names[index])
+
         found = {
             pair: value
             for pair, value in found.items()
-            if judged_pair(rules.key(names[pair[0]]), rules.key(names[pair[1]])) not in refused
+            if judged_pair(key(pair[0]), key(pair[1])) not in refused
         }
     best = sorted(found.items(), key=lambda item: (-item[1][0], item[0]))
     return [
