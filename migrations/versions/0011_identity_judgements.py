@@ -38,9 +38,7 @@ def upgrade() -> None:
         sa.Column("merge_id", sa.BigInteger(), nullable=True),
         sa.Column("decided_by", sa.String(SESSION_ID_LENGTH), nullable=False),
         sa.Column("decided_at", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint(
-            "session_id", "key_a", "key_b", name="pk_identity_judgements"
-        ),
+        sa.PrimaryKeyConstraint("session_id", "key_a", "key_b", name="pk_identity_judgements"),
     )
 
 

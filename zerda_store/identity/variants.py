@@ -26,7 +26,7 @@ import functools
 import gzip
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -41,7 +41,7 @@ _MOST_READINGS = 8
 _MOST_PER_WORD = 3
 # Words left out of an acronym ("Bank of America" is BoA or BA).
 _STOPWORDS = frozenset(
-    "and & of the for de du des la le et di da del van von".split()
+    ["and", "&", "of", "the", "for", "de", "du", "des", "la", "le", "et", "di", "da", "del", "van", "von"]
 )  # fmt: skip
 _ARABIC = re.compile("[\u0600-\u06ff]")
 _LATIN_WORD = re.compile("[a-z]+")
@@ -136,7 +136,7 @@ class Reading:
     complete: bool  # every unit attested
 
 
-def _units(words: list[str], known: set[str] | dict[str, object]) -> Iterator[str]:
+def _units(words: list[str], known: Collection[str]) -> Iterator[str]:
     """The words, with the longest runs of them that the data knows written as one."""
     start = 0
     while start < len(words):
@@ -227,9 +227,7 @@ def distinct_given_names(a: str, b: str) -> bool:
     knows and does not relate (Alexander and Alexandra, Christopher and Christine)."""
     nicknames = variant_data().nicknames
     one, two = given_and_rest(a)[0], given_and_rest(b)[0]
-    return (
-        one != two and one in nicknames and two in nicknames and nickname_link(a, b) is None
-    )
+    return one != two and one in nicknames and two in nicknames and nickname_link(a, b) is None
 
 
 # -- acronyms -----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from ..db.schema import (
     entity_aliases,
     entity_merges,
     extractions,
+    identity_judgements,
     in_same_session,
     turns,
 )
@@ -123,7 +124,15 @@ class ErasureStatements(Statements):
         # The merge log holds names and snippet texts: it goes with what it logged.
         self.clear = [
             compiled(table.delete().where(table.c.session_id == session_param()))
-            for table in (contexts, extractions, entity_aliases, entity_merges, entities, turns)
+            for table in (
+                contexts,
+                extractions,
+                entity_aliases,
+                entity_merges,
+                identity_judgements,
+                entities,
+                turns,
+            )
         ]
         self.forget_merges = compiled(
             entity_merges.delete().where(
