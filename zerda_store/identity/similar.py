@@ -26,22 +26,24 @@ from dataclasses import dataclass
 
 from ..model.names import EXACT, KeyRules, fold_v2_text, is_held_apart
 from .rules import identify
-from .variants import (
-    Reading,
-    acronym_of,
-    distinct_given_names,
-    initials,
-    nickname_keys,
-    nickname_link,
-    readings,
+from .variant_pairs import (
+    ACRONYM_SCORE,
+    WINDOW,
+    acronym_pairs,
+    block_pairs,
+    blocks,
+    distinct_names,
+    nickname_pairs,
+    transliteration_pairs,
 )
+from .variants import distinct_given_names, readings
+
+__all__ = ["WINDOW", "Pairing", "SimilarPair", "judged_pair", "similar_pairs"]
 
 # The Arabic article at the start of a word, after an optional conjunction or preposition.
 _ARTICLE = re.compile(r"(?<!\S)ال(?=\S{2,})")
 _POSSESSIVE = re.compile(r"['’ʼ]s$|s['’ʼ]$", re.IGNORECASE)
 
-# How many neighbours (in sorted order) each name of a large block is paired with.
-WINDOW = 8
 # How many neighbours a long name is measured against in each sorted order.
 NEIGHBOURS = 4
 # Names shorter than this are not compared by spelling; from LONG on, two edits count.
@@ -108,12 +110,6 @@ SCORES = {
     SPELLING: 0.6,
     FIRST_NAME: 0.4,
 }
-# A transliteration's score: this much, and the weakest attestation's share of the rest.
-_TRANSLITERATION_FLOOR = 0.5
-_TRANSLITERATION_SPAN = 0.4
-NICKNAME_SCORES = {("nickname", True): 0.75, ("same name", True): 0.65,
-                   ("nickname", False): 0.5, ("same name", False): 0.45}  # fmt: skip
-ACRONYM_SCORE = 0.7
 
 
 def similar_pairs(
@@ -151,22 +147,22 @@ def similar_pairs(
             )
         else:
             forms = (loose(name, text, rules) for name, text in zip(names, folded, strict=True))
-        for members in _blocks(forms).values():
-            for pair in _block_pairs(members, folded):
+        for members in blocks(forms).values():
+            for pair in block_pairs(members, folded):
                 keep(pair, SCORES[reason], reason)
     read = [readings(name) for name in names]
     for pair in _spelling_pairs(folded):
-        if not _distinct_names(read[pair[0]], read[pair[1]]) and not distinct_given_names(
+        if not distinct_names(read[pair[0]], read[pair[1]]) and not distinct_given_names(
             folded[pair[0]], folded[pair[1]]
         ):
             keep(pair, SCORES[SPELLING], SPELLING)
     for pair in _first_name_pairs(folded):
         keep(pair, SCORES[FIRST_NAME], FIRST_NAME)
-    for pair, score in _transliteration_pairs(read, folded):
+    for pair, score in transliteration_pairs(read, folded):
         keep(pair, score, TRANSLITERATION)
-    for pair, score in _nickname_pairs(folded):
+    for pair, score in nickname_pairs(folded):
         keep(pair, score, NICKNAME)
-    for pair in _acronym_pairs(names, cores, folded, rules):
+    for pair in acronym_pairs(names, cores, folded, rules):
         keep(pair, ACRONYM_SCORE, ACRONYM)
     if rejected:
         refused = set(rejected)
@@ -191,104 +187,10 @@ def judged_pair(key_a: str, key_b: str) -> tuple[str, str]:
     return (key_a, key_b) if key_a <= key_b else (key_b, key_a)
 
 
-def _distinct_names(one: list[Reading], other: list[Reading]) -> bool:
-    """Whether the data knows both names, unit by unit, as different names (Samir and
-    Samira, Hamad and Hamed): then one is no misspelling of the other."""
-    complete = [r.key for r in one if r.complete], [r.key for r in other if r.complete]
-    return all(complete) and not set(complete[0]) & set(complete[1])
-
-
-def _transliteration_pairs(
-    read: Sequence[list[Reading]], folded: Sequence[str]
-) -> Iterator[tuple[tuple[int, int], float]]:
-    """Names sharing a reading as attested units, scored by the weakest attestation."""
-    weights: dict[tuple[str, ...], dict[int, float]] = {}
-    for index, found in enumerate(read):
-        for reading in found:
-            block = weights.setdefault(reading.key, {})
-            block[index] = max(reading.weight, block.get(index, 0.0))
-    for block in weights.values():
-        if len(block) > 1:
-            for a, b in _block_pairs(list(block), folded):
-                weight = min(block[a], block[b])
-                yield (a, b), _TRANSLITERATION_FLOOR + _TRANSLITERATION_SPAN * weight
-
-
-def _nickname_pairs(folded: Sequence[str]) -> Iterator[tuple[tuple[int, int], float]]:
-    """Names whose first words are a name and its nickname (or two nicknames of one
-    name) and whose other words are the same (or both absent)."""
-    blocks = _blocks_of_many((index, nickname_keys(text)) for index, text in enumerate(folded))
-    for members in blocks.values():
-        for a, b in _block_pairs(members, folded):
-            link = nickname_link(folded[a], folded[b])
-            if link is not None:
-                yield (a, b), NICKNAME_SCORES[link, " " in folded[a]]
-
-
-def _acronym_pairs(
-    names: Sequence[str], cores: Sequence[str] | None, folded: Sequence[str], rules: KeyRules
-) -> Iterator[tuple[int, int]]:
-    """An acronym ("HSBC") with a name of several words whose initials it is."""
-    acronyms: dict[str, list[int]] = {}
-    for index, name in enumerate(names):
-        acronym = acronym_of(name)
-        if acronym is not None:
-            acronyms.setdefault(acronym, []).append(index)
-    if not acronyms:
-        return
-    for index, name in enumerate(names):
-        if len(name.split()) < 2 and "&" not in name:
-            continue
-        core = cores[index] if cores is not None and not is_held_apart(cores[index]) else None
-        shown_core = identify(name, rules).core if core is None or core != folded[index] else name
-        for letters in initials(name, _core_as_written(name, shown_core)):
-            for other in acronyms.get(letters, ())[: WINDOW + 1]:
-                yield min(index, other), max(index, other)
-
-
-def _core_as_written(name: str, core: str) -> str:
-    """The words of ``name`` its core keeps, as written (the initials need their case)."""
-    kept = set(core.split()) if core else set()
-    words = [word for word in name.split() if fold_v2_text(word) in kept]
-    return " ".join(words) if words else name
-
-
-def _blocks_of_many(keyed: Iterable[tuple[int, set[str]]]) -> dict[str, list[int]]:
-    """The indexes, by each of their keys."""
-    blocks: dict[str, list[int]] = {}
-    for index, keys in keyed:
-        for key in keys:
-            blocks.setdefault(key, []).append(index)
-    return blocks
-
-
-def _blocks(forms: Iterable[str]) -> dict[str, list[int]]:
-    """The indexes of the non-empty forms, by form."""
-    blocks: dict[str, list[int]] = {}
-    for index, form in enumerate(forms):
-        if form:
-            blocks.setdefault(form, []).append(index)
-    return blocks
-
-
-def _block_pairs(members: list[int], folded: Sequence[str]) -> Iterator[tuple[int, int]]:
-    """Every pair of a small block; in a large one, each name with the ``WINDOW`` names
-    that follow it in sorted order (sorted neighbourhood)."""
-    if len(members) <= WINDOW + 1:
-        for n, a in enumerate(members):
-            for b in members[n + 1 :]:
-                yield a, b
-        return
-    ordered = sorted(members, key=lambda index: (folded[index], index))
-    for n, a in enumerate(ordered):
-        for b in ordered[n + 1 : n + 1 + WINDOW]:
-            yield min(a, b), max(a, b)
-
-
 def _first_name_pairs(folded: Sequence[str]) -> Iterator[tuple[int, int]]:
     """A first name with a full name that starts with it ("Sarah", "Sarah Chen"), never
     two full names that share one ("Sarah Chen", "Sarah Miller")."""
-    words = _blocks(text.split(" ")[0] for text in folded)
+    words = blocks(text.split(" ")[0] for text in folded)
     for members in words.values():
         single = [i for i in members if " " not in folded[i]]
         for a in single:
@@ -316,7 +218,7 @@ def _spelling_pairs(folded: Sequence[str]) -> Iterator[tuple[int, int]]:
     candidates: set[tuple[int, int]] = set()
     for members in deletions.values():
         if len(members) > 1:
-            candidates.update(_block_pairs(members, folded))
+            candidates.update(block_pairs(members, folded))
     long_names = [i for i in measurable if len(folded[i]) >= LONG]  # (LONG: both ways)
     for key in (lambda i: folded[i], lambda i: folded[i][::-1]):
         ordered = sorted(long_names, key=key)

@@ -44,6 +44,8 @@ _STOPWORDS = frozenset(
     ["and", "&", "of", "the", "for", "de", "du", "des", "la", "le", "et", "di", "da", "del", "van", "von"]
 )  # fmt: skip
 _ARABIC = re.compile("[\u0600-\u06ff]")
+# A folded word with a letter outside a-z is written in its own script (Arabic, Greek...).
+_OWN_SCRIPT = re.compile(r"[^\W\da-z_]")
 _LATIN_WORD = re.compile("[a-z]+")
 _WEIGHT = re.compile(r"[01](?:\.\d+)?")
 _ACRONYM = re.compile(r"[a-z][a-z0-9&]{1,7}")
@@ -150,7 +152,7 @@ def _units(words: list[str], known: Collection[str]) -> Iterator[str]:
 
 def _options(unit: str, data: VariantData) -> list[tuple[str, float, bool]]:
     """The names in their own script one unit may be: (name, weight, attested)."""
-    if _ARABIC.search(unit):
+    if _OWN_SCRIPT.search(unit):
         if unit in data.script_names:
             return [(unit, 1.0, True)]
         bare = unit[2:] if unit.startswith("ال") else ""
@@ -174,7 +176,7 @@ def readings(name: str) -> list[Reading]:
     words = folded.replace("&", " ").split()
     if not words:
         return []
-    known = data.spellings if not _ARABIC.search(folded) else data.script_names
+    known = data.spellings if not _OWN_SCRIPT.search(folded) else data.script_names
     options = [_options(unit, data) for unit in _units(words, known)]
     if not any(attested for choices in options for _, _, attested in choices):
         return []
