@@ -192,9 +192,10 @@ _PG_PREPARED_STATEMENT_STATES = {"26000", "42P05", "08P01"}
 def is_pooler_refusal(error: BaseException | None) -> bool:
     """True when the server does not know (or already knows) a statement the driver had
     prepared on the connection: what a transaction-mode pooler does to prepared statements."""
-    return getattr(
-        error, "sqlstate", None
-    ) in _PG_PREPARED_STATEMENT_STATES and "prepared statement" in str(error)
+    return (
+        getattr(error, "sqlstate", None) in _PG_PREPARED_STATEMENT_STATES
+        and "prepared statement" in str(error)
+    )
 
 
 def is_statement_cancelled(error: BaseException) -> bool:

@@ -296,6 +296,7 @@ class IdentityStatements(Statements):
             .where(judgement_in_session)
             .order_by(judged.decided_at, judged.key_a, judged.key_b)
         )
+        self.clear_judgements = compiled(sa.delete(identity_judgements).where(judgement_in_session))
         self.rejected_pairs = compiled(
             sa.select(judged.key_a, judged.key_b).where(
                 judgement_in_session, judged.verdict == DIFFERENT

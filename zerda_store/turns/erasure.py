@@ -24,7 +24,6 @@ from ..db.schema import (
     entity_aliases,
     entity_merges,
     extractions,
-    identity_judgements,
     in_same_session,
     turns,
 )
@@ -124,15 +123,7 @@ class ErasureStatements(Statements):
         # The merge log holds names and snippet texts: it goes with what it logged.
         self.clear = [
             compiled(table.delete().where(table.c.session_id == session_param()))
-            for table in (
-                contexts,
-                extractions,
-                entity_aliases,
-                entity_merges,
-                identity_judgements,
-                entities,
-                turns,
-            )
+            for table in (contexts, extractions, entity_aliases, entity_merges, entities, turns)
         ]
         self.forget_merges = compiled(
             entity_merges.delete().where(
@@ -164,7 +155,7 @@ class Erasure:
 
     def _clear(self, session_id: str) -> tuple[Callable[[Transaction], None], SessionLock]:
         def work(transaction: Transaction) -> None:
-            for statement in self._statements.clear:
+            for statement in (*self._statements.clear, self._identity.clear_judgements):
                 transaction.count(statement, {"session_id": session_id})
 
         return work, SessionLock(session_id, exclusive=True)
