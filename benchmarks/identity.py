@@ -6,7 +6,14 @@ merged when b joins a's entity (the key rules, aliases by title and legal suffix
 merged pairs labelled "same"; recall the share of "same" pairs merged. Printed per
 phenomenon, for the default rules and for the ones before them.
 
+``--variants`` reports the suggestions instead, on ``tests/data/identity-variant-pairs.json``
+(transliteration, nickname/short form, acronym, confusable), per split ("tune": pairs seen
+while building the rules; "held-out": never used to tune): for each phenomenon the pairs
+merged, the pairs suggested (listed by ``similar_entities()`` in a session holding the two
+names) and the pairs found (merged or suggested).
+
     python benchmarks/identity.py [PAIRS.json ...] [--misses] [--rules fold-v2]
+    python benchmarks/identity.py --variants [--misses]
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zerda_store.identity.rules import Candidate, identify, resolve
-from zerda_store.model.names import KEY_RULES, KeyRules
+from zerda_store.identity.similar import similar_pairs
+from zerda_store.model.names import FOLD_V2, KEY_RULES, KeyRules
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILES = [ROOT / "tests/data/identity-pairs.json"]
+VARIANT_FILE = ROOT / "tests/data/identity-variant-pairs.json"
 
 
 @dataclass
@@ -118,12 +127,72 @@ def report(tallies: dict[str, Tally], rules: KeyRules, misses: bool) -> None:
                 print("  missed", line)
 
 
+@dataclass
+class Found:
+    """One phenomenon's pairs of one split: how many, merged, suggested (not merged)."""
+
+    pairs: int = 0
+    merged: int = 0
+    suggested: int = 0
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def found(self) -> int:
+        return self.merged + self.suggested
+
+
+def suggested(a: str, b: str, rules: KeyRules = FOLD_V2) -> str | None:
+    """The reason ``similar_entities()`` lists the pair for, in a session of the two."""
+    pairs = similar_pairs([a, b], rules)
+    return pairs[0].reason if pairs else None
+
+
+def evaluate_variants(pairs: list[dict[str, object]]) -> dict[tuple[str, str], Found]:
+    """Per (split, phenomenon): pairs merged and suggested."""
+    found: dict[tuple[str, str], Found] = {}
+    for pair in pairs:
+        a, b = str(pair["a"]), str(pair["b"])
+        tally = found.setdefault((str(pair["split"]), str(pair["phenomenon"])), Found())
+        tally.pairs += 1
+        line = f"{pair['id']}: {a!r} / {b!r}"
+        if merged(a, b, FOLD_V2):
+            tally.merged += 1
+            line += " merged"
+        elif (reason := suggested(a, b)) is not None:
+            tally.suggested += 1
+            line += f" suggested ({reason})"
+        else:
+            line += " neither"
+        tally.lines.append(line)
+    return found
+
+
+def report_variants(found: dict[tuple[str, str], Found], misses: bool) -> None:
+    print(f"{'split':9} {'phenomenon':16} {'pairs':>5} {'merged':>6} {'suggested':>9} {'found':>6}")
+    for (split, phenomenon), tally in sorted(found.items()):
+        share = tally.found / tally.pairs if tally.pairs else 0.0
+        print(
+            f"{split:9} {phenomenon:16} {tally.pairs:5} {tally.merged:6} {tally.suggested:9} "
+            f"{tally.found:6} ({share:.2f})"
+        )
+        if misses:
+            wrong = "neither" if phenomenon != "confusable" else ("merged", "suggested")
+            for line in tally.lines:
+                if line.endswith(wrong) or (phenomenon == "confusable" and "neither" not in line):
+                    print("   ", line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path, default=DEFAULT_FILES)
     parser.add_argument("--misses", action="store_true", help="list the pairs not merged")
     parser.add_argument("--rules", action="append", choices=sorted(KEY_RULES))
+    parser.add_argument("--variants", action="store_true", help="the suggestions' report")
     options = parser.parse_args()
+    if options.variants:
+        variant_pairs = json.loads(VARIANT_FILE.read_text(encoding="utf-8"))["pairs"]
+        report_variants(evaluate_variants(variant_pairs), options.misses)
+        return
     pairs = load_pairs(options.files)
     print(f"{len(pairs)} pairs; by label: {dict(Counter(str(p['label']) for p in pairs))}")
     for name in options.rules or ["fold-v2", "fold-v1"]:

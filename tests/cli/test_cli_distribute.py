@@ -25,6 +25,7 @@ PLAN = [
     "SELECT create_distributed_table('entity_aliases', 'session_id', colocate_with => 'turns')",
     "SELECT create_distributed_table('entity_merges', 'session_id', colocate_with => 'turns')",
     "SELECT create_distributed_table('session_key_rules', 'session_id', colocate_with => 'turns')",
+    "SELECT create_distributed_table('identity_judgements', 'session_id', colocate_with => 'turns')",
 ]
 
 # Citus's two functions, as stand-ins that record their calls.
@@ -141,6 +142,7 @@ def test_with_citus_and_the_rules_followed_it_runs_the_plan_in_order(
         "distributed entity_aliases session_id turns",
         "distributed entity_merges session_id turns",
         "distributed session_key_rules session_id turns",
+        "distributed identity_judgements session_id turns",
     ]
 
 

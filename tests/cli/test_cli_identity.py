@@ -222,10 +222,11 @@ def test_similar_lists_likely_duplicates_and_how_to_merge_them(url):
     result = succeeded(invoke(url, "entities", "--session", SESSION, "--similar"))
     *table, hint = result.stdout.splitlines()
     rows = table_rows("\n".join(table))
-    assert rows[0] == ["a", "b", "reason"]
-    assert sorted(rows[1:]) == sorted([p["a"], p["b"], p["reason"]] for p in pairs)
+    assert rows[0] == ["a", "b", "reason", "score"]
+    assert sorted(rows[1:]) == sorted([p["a"], p["b"], p["reason"], str(p["score"])] for p in pairs)
     assert "never merged automatically" in hint
-    assert f"zerda-store merge A B --session {SESSION}" in hint
+    assert f"zerda-store similar confirm A B --session {SESSION}" in hint
+    assert f"zerda-store similar reject A B --session {SESSION}" in hint
     assert len(listed(url)) == len(NAMES)  # only suggested
 
     # once merged, the pair is no longer suggested

@@ -57,7 +57,9 @@ def test_the_unique_constraints_and_generated_ids_already_follow_the_rules(
         "entity_aliases",
     }
     assert {(table, column) for table, column, _ in generated} == {
-        (table, "id") for table in DISTRIBUTED_TABLES if table != "session_key_rules"
+        (table, "id")
+        for table in DISTRIBUTED_TABLES
+        if table not in ("session_key_rules", "identity_judgements")
     }
     assert {data_type for _, _, data_type in generated} == {"bigint"}
 

@@ -348,7 +348,8 @@ def test_grant_prints_what_it_ran_and_running_it_again_changes_nothing(roles: Ro
     assert (
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE public.contexts, public.entities, "
         f"public.entity_aliases, public.entity_merges, public.extractions, "
-        f"public.retention_policies, public.session_key_rules, public.turns TO {roles.service}"
+        f"public.identity_judgements, public.retention_policies, public.session_key_rules, "
+        f"public.turns TO {roles.service}"
     ) in first["statements"]
     assert (
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {roles.owner} IN SCHEMA public GRANT SELECT ON "

@@ -1,11 +1,14 @@
-"""The identity commands: ``alias``, ``merge``, ``unmerge``, ``merges`` and the listing
-behind ``entities --similar``; thin over :class:`ConversationEntityMemory`'s identity API.
+"""The identity commands: ``alias``, ``merge``, ``unmerge``, ``merges``, the listing
+behind ``entities --similar`` and the judgements of its pairs (``similar confirm``,
+``similar reject``, ``similar undo``, ``similar judgements``); thin over
+:class:`ConversationEntityMemory`'s identity API.
 
 A merge is never made for the operator: ``entities --similar`` only suggests pairs, and
-each merge is logged so that ``unmerge`` can undo it exactly."""
+each merge is logged so that ``unmerge`` (or ``similar undo``) can undo it exactly."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import shlex
 from typing import TYPE_CHECKING, Any
@@ -161,12 +164,117 @@ def merges(obj: Context, session_id: str, as_json: bool) -> None:
     )
 
 
-def similar(obj: Context, session_id: str, as_json: bool, limit: int | None = None) -> None:
-    """``entities --similar``: pairs of entities that may be one, with how to merge them."""
+def similar_listing(obj: Context, session_id: str, as_json: bool, limit: int | None = None) -> None:
+    """``entities --similar``: pairs of entities that may be one, with how to judge them."""
     rows = session_memory(obj, session_id, reading=True).similar_entities(limit=limit)
-    output(rows, as_json, ("a", "b", "reason"))
+    output(rows, as_json, ("a", "b", "reason", "score"))
     if not as_json and rows:
         print_text(
             "never merged automatically; to merge B into A: "
-            + _command("merge", "A", "B", "--session", session_id)
+            + _command("similar", "confirm", "A", "B", "--session", session_id)
+            + "; to never suggest the pair again: "
+            + _command("similar", "reject", "A", "B", "--session", session_id)
         )
+
+
+# -- judgements ---------------------------------------------------------------------------
+
+
+def _decider() -> str:
+    """Who decides, when --by does not say: the operating-system user."""
+    try:
+        return getpass.getuser() or "cli"
+    except (KeyError, OSError):
+        return "cli"
+
+
+_by_option = click.option(
+    "--by",
+    "decided_by",
+    help="Who decided (kept with the judgement); default: the operating-system user.",
+)
+
+
+@click.group()
+def similar() -> None:
+    """Judge the pairs `entities --similar` suggests: confirm, reject, undo, list."""
+
+
+@similar.command("confirm")
+@click.argument("a")
+@click.argument("b")
+@session_option
+@_by_option
+@json_option
+@click.pass_obj
+def similar_confirm(
+    obj: Context, a: str, b: str, session_id: str, decided_by: str | None, as_json: bool
+) -> None:
+    """Judge A and B one entity: B is merged into A (logged; `similar undo A B` undoes it)."""
+    memory = session_memory(obj, session_id, reading=False)
+    judgement = memory.confirm_same(a, b, by=decided_by or _decider())
+    if as_json:
+        _print_json(judgement)
+        return
+    print_text(
+        f"{judgement['b']!r} merged into {judgement['a']!r} (merge {judgement['merge_id']}); "
+        f"undo with: {_command('similar', 'undo', a, b, '--session', session_id)}"
+    )
+
+
+@similar.command("reject")
+@click.argument("a")
+@click.argument("b")
+@session_option
+@_by_option
+@json_option
+@click.pass_obj
+def similar_reject(
+    obj: Context, a: str, b: str, session_id: str, decided_by: str | None, as_json: bool
+) -> None:
+    """Judge A and B two entities: the pair is never suggested again in the session."""
+    memory = session_memory(obj, session_id, reading=False)
+    judgement = memory.reject_same(a, b, by=decided_by or _decider())
+    if as_json:
+        _print_json(judgement)
+        return
+    print_text(
+        f"{judgement['a']!r} and {judgement['b']!r} are two entities: not suggested again; "
+        f"undo with: {_command('similar', 'undo', a, b, '--session', session_id)}"
+    )
+
+
+@similar.command("undo")
+@click.argument("a")
+@click.argument("b")
+@session_option
+@json_option
+@click.pass_obj
+def similar_undo(obj: Context, a: str, b: str, session_id: str, as_json: bool) -> None:
+    """Undo the judgement of A and B: a confirmation is unmerged, a rejection removed."""
+    judgement = session_memory(obj, session_id, reading=False).undo_judgement(a, b)
+    if as_json:
+        _print_json(judgement)
+        return
+    if judgement["verdict"] == "different":
+        what = "the pair may be suggested again"
+    elif judgement["merge_id"] is not None:
+        what = "the two entities are unmerged"
+    else:  # imported or copied: its merge was made in another database
+        what = "its merge is not in this database's log (`alias remove` takes the name back)"
+    print_text(f"undid the judgement of {judgement['a']!r} and {judgement['b']!r}: {what}")
+
+
+@similar.command("judgements")
+@session_option
+@json_option
+@click.pass_obj
+def similar_judgements(obj: Context, session_id: str, as_json: bool) -> None:
+    """List a session's judgements, oldest first: a, b, verdict, who and when."""
+    rows = session_memory(obj, session_id, reading=True).judgements()
+    output(
+        rows,
+        as_json,
+        ("a", "b", "verdict", "by", "when"),
+        lambda row: {**row, "by": row["decided_by"], "when": when(row["decided_at"])},
+    )

@@ -27,7 +27,7 @@ from .common import (
 )
 from .db import contract, distribute, grant, print_rekeyed, print_upgrade, rekey
 from .extraction import models, reextract
-from .identity import alias, merge, merges, similar, unmerge
+from .identity import alias, merge, merges, similar, similar_listing, unmerge
 from .retention import prune, retention
 from .schema import db_check, db_current, db_downgrade
 from .transfer import copy, export_command, import_command
@@ -78,6 +78,7 @@ for command in (
     merge,
     unmerge,
     merges,
+    similar,
 ):
     main.add_command(command)
 
@@ -162,8 +163,8 @@ def sessions(obj: Context, as_json: bool) -> None:
     "--similar",
     "similar_pairs",
     is_flag=True,
-    help="List pairs of entities that may be one (a, b, reason) instead; never merged "
-    "automatically (see `merge`).",
+    help="List pairs of entities that may be one (a, b, reason, score) instead; never "
+    "merged automatically (see `similar confirm` and `similar reject`).",
 )
 @click.option(
     "--limit",
@@ -177,7 +178,7 @@ def entities(
 ) -> None:
     """List a session's entities in first-seen order (or, with --similar, likely duplicates)."""
     if similar_pairs:
-        similar(obj, session_id, as_json, limit)
+        similar_listing(obj, session_id, as_json, limit)
         return
     require_session(obj, session_id)
     rows = [

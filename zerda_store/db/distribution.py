@@ -35,6 +35,7 @@ DISTRIBUTED_TABLES = (
     "entity_aliases",
     "entity_merges",
     "session_key_rules",
+    "identity_judgements",
 )
 # Small, read by every session (the default policy has session_id ''): a copy on each node.
 REFERENCE_TABLES = ("retention_policies",)

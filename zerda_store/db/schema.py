@@ -158,6 +158,25 @@ entity_merges = sa.Table(
     sa.Index(None, "session_id", "id"),
 )
 
+# A person's judgement of two entities (``confirm_same``, ``reject_same``): "same" (they
+# were merged: ``merge_id``) or "different" (never suggested again). The two entities'
+# keys in sorted order name the pair; their names as shown when judged, for people.
+identity_judgements = sa.Table(
+    "identity_judgements",
+    metadata,
+    sa.Column("session_id", sa.String(SESSION_ID_LENGTH), nullable=False),
+    sa.Column("key_a", sa.Text(), nullable=False),
+    sa.Column("key_b", sa.Text(), nullable=False),
+    sa.Column("name_a", sa.String(MAX_NAME_LENGTH), nullable=False),
+    sa.Column("name_b", sa.String(MAX_NAME_LENGTH), nullable=False),
+    # "same" or "different".
+    sa.Column("verdict", sa.String(16), nullable=False),
+    sa.Column("merge_id", sa.BigInteger(), nullable=True),
+    sa.Column("decided_by", sa.String(SESSION_ID_LENGTH), nullable=False),
+    sa.Column("decided_at", sa.Double(), nullable=False),
+    sa.PrimaryKeyConstraint("session_id", "key_a", "key_b"),
+)
+
 KEY_RULES_LENGTH = 32
 
 # The key rules each session's entities were keyed with (``names.KEY_RULES``), recorded by

@@ -14,7 +14,11 @@ from ..model.records import Mention
 from .merging import MANUAL, MergeReceipt, merge, unmerge
 from .resolution import Resolver
 from .rules import identify
-from .statements import IdentityStatements
+from .similar import judged_pair
+from .statements import DIFFERENT, SAME, IdentityStatements
+
+# The merge log's reason for a merge a person confirmed (``confirm_same``).
+CONFIRMED = "confirmed same"
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,19 @@ class MergeEntry:
     created_at: float
     undone_at: float | None
     moved_snippets: int
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A person's judgement of two entities: "same" (merged by ``merge_id``) or
+    "different" (never suggested again)."""
+
+    a: str
+    b: str
+    verdict: str
+    decided_by: str
+    decided_at: float
+    merge_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -176,11 +193,107 @@ class IdentityRepository:
         entry: MergeEntry = self._write(session_id, work)
         return entry
 
-    def names_and_cores(self, session_id: str) -> list[tuple[str, str]]:
-        """Every entity's name and stored core key, in first-seen order."""
+    def names_and_cores(self, session_id: str) -> list[tuple[str, str, str]]:
+        """Every entity's name, stored core key and key, in first-seen order."""
         statement, values = self._statements.names_and_cores, {"session_id": session_id}
         rows = self.store.read(lambda transaction: transaction.run(statement, values))
-        return [(row.name, row.core_key) for row in rows]
+        return [(row.name, row.core_key, row.name_key) for row in rows]
+
+    # -- judgements ----------------------------------------------------------------------
+
+    def confirm_same(self, session_id: str, a: str, b: str, by: str, at: float) -> Judgement:
+        """Merge the entity ``b`` names into the one ``a`` names (through the merge log,
+        reason "confirmed same") and record the judgement, in one unit of work."""
+
+        def work(transaction: Transaction) -> Judgement:
+            kept = self._entity(transaction, session_id, a)
+            merged = self._entity(transaction, session_id, b)
+            receipt = merge(transaction, self._statements, kept, merged, reason=CONFIRMED, at=at)
+            return self._judge(transaction, session_id, kept, merged, SAME, by, at, receipt)
+
+        judgement: Judgement = self._write(session_id, work)
+        return judgement
+
+    def reject_same(self, session_id: str, a: str, b: str, by: str, at: float) -> Judgement:
+        """Record that the entities ``a`` and ``b`` name are two: the pair is never
+        suggested again in the session."""
+
+        def work(transaction: Transaction) -> Judgement:
+            one = self._entity(transaction, session_id, a)
+            other = self._entity(transaction, session_id, b)
+            if one.id == other.id:
+                raise MergeError(f"{a!r} and {b!r} are one entity (undo its merge first)")
+            return self._judge(transaction, session_id, one, other, DIFFERENT, by, at)
+
+        judgement: Judgement = self._write(session_id, work)
+        return judgement
+
+    def _judge(
+        self,
+        transaction: Transaction,
+        session_id: str,
+        one: Any,
+        other: Any,
+        verdict: str,
+        by: str,
+        at: float,
+        receipt: MergeReceipt | None = None,
+    ) -> Judgement:
+        (key_a, name_a), (key_b, name_b) = sorted(
+            [(one.name_key, one.name), (other.name_key, other.name)]
+        )
+        merge_id = receipt.merge_id if receipt is not None else None
+        transaction.count(
+            self._statements.judge,
+            {
+                "session_id": session_id,
+                "key_a": key_a,
+                "key_b": key_b,
+                "name_a": name_a,
+                "name_b": name_b,
+                "verdict": verdict,
+                "merge_id": merge_id,
+                "decided_by": by,
+                "decided_at": at,
+            },
+        )
+        return Judgement(one.name, other.name, verdict, by, at, merge_id)
+
+    def undo_judgement(self, session_id: str, a: str, b: str, at: float) -> Judgement:
+        """Undo the judgement of the names ``a`` and ``b`` (as judged): a confirmation's
+        merge is undone, a rejection removed (the pair may be suggested again)."""
+        key_a, key_b = judged_pair(_keyed(self.rules.key(a), a), _keyed(self.rules.key(b), b))
+
+        def work(transaction: Transaction) -> Judgement:
+            values = {"session_id": session_id, "key_a": key_a, "key_b": key_b}
+            found = transaction.run(self._statements.judgement_of, values)
+            if not found:
+                raise MergeError(f"no judgement of {a!r} and {b!r} in session {session_id!r}")
+            row = found[0]
+            if row.verdict == SAME and row.merge_id is not None:
+                logged = transaction.run(
+                    self._statements.merge_by_id,
+                    {"session_id": session_id, "merge_id": row.merge_id},
+                )
+                if logged and logged[0].undone_at is None:
+                    unmerge(transaction, self._statements, logged[0], at=at)
+            transaction.count(self._statements.unjudge, values)
+            return _judgement(row)
+
+        judgement: Judgement = self._write(session_id, work)
+        return judgement
+
+    def judgements(self, session_id: str) -> list[Judgement]:
+        """The session's judgements, oldest first."""
+        statement, values = self._statements.judgements, {"session_id": session_id}
+        rows = self.store.read(lambda transaction: transaction.run(statement, values))
+        return [_judgement(row) for row in rows]
+
+    def rejected_pairs(self, session_id: str) -> set[tuple[str, str]]:
+        """The key pairs judged "different" in the session."""
+        statement, values = self._statements.rejected_pairs, {"session_id": session_id}
+        rows = self.store.read(lambda transaction: transaction.run(statement, values))
+        return {(row.key_a, row.key_b) for row in rows}
 
     def merges(self, session_id: str) -> list[MergeEntry]:
         """The session's merge log, oldest first."""
@@ -196,6 +309,13 @@ def _keyed(key: str, name: str) -> str:
     if not key:
         raise MergeError(f"{name!r} has no letters or digits to name an entity by")
     return key
+
+
+def _judgement(row: Any) -> Judgement:
+    merge_id = int(row.merge_id) if row.merge_id is not None else None
+    return Judgement(
+        row.name_a, row.name_b, row.verdict, row.decided_by, float(row.decided_at), merge_id
+    )
 
 
 def _entry(row: Any, undone_at: float | None = None) -> MergeEntry:

@@ -1,33 +1,49 @@
-"""Entities that may be one: the folds that cost precision, used only to suggest merges
-for a person to confirm (``entities --similar``), never to merge.
+"""Entities that may be one: the folds that cost precision, and the variants a name goes
+by (attested transliterations, nicknames, acronyms: :mod:`.variants`), used only to
+suggest merges for a person to confirm (``entities --similar``), never to merge.
 
 Pure functions. Each rule maps a name to a loose form; two entities whose loose forms
 are equal under a rule are a pair, with that rule as the reason. Spelling variants are
 names one edit apart (two for long names): candidates share a form with one letter
-deleted, or sort near each other (forwards or backwards), and are then measured.
+deleted, or sort near each other (forwards or backwards), and are then measured; two
+names the data knows as two different names (Samir and Samira, Hamad and Hamed) are not
+misspellings of one another. Variants are found by their keys (:mod:`.variants`): names
+that share a reading as attested units (transliterations), a given name's nickname
+family and the rest of the name (nicknames), or an acronym and a name's initials.
 
 The work is bounded: a block of names that share a form is paired by sorted
 neighbourhood (each name with the ``WINDOW`` names after it in sorted order) once it is
 larger than ``WINDOW``, so a session of look-alike names costs time in proportion to
-its size, not its square. Pairs come best first: by the strength of their reason, then
-in first-seen order; ``limit`` keeps the first ones.
+its size, not its square. Each pair has a score (0-1: how likely one entity); pairs come
+best first: by score, then in first-seen order; ``limit`` keeps the first ones.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..model.names import EXACT, KeyRules, fold_v2_text, is_held_apart
 from .rules import identify
+from .variant_pairs import (
+    ACRONYM_SCORE,
+    WINDOW,
+    acronym_pairs,
+    block_pairs,
+    blocks,
+    distinct_names,
+    nickname_pairs,
+    transliteration_pairs,
+)
+from .variants import distinct_given_names, readings
+
+__all__ = ["WINDOW", "Pairing", "SimilarPair", "judged_pair", "similar_pairs"]
 
 # The Arabic article at the start of a word, after an optional conjunction or preposition.
 _ARTICLE = re.compile(r"(?<!\S)ال(?=\S{2,})")
 _POSSESSIVE = re.compile(r"['’ʼ]s$|s['’ʼ]$", re.IGNORECASE)
 
-# How many neighbours (in sorted order) each name of a large block is paired with.
-WINDOW = 8
 # How many neighbours a long name is measured against in each sorted order.
 NEIGHBOURS = 4
 # Names shorter than this are not compared by spelling; from LONG on, two edits count.
@@ -42,6 +58,15 @@ class SimilarPair:
     a: str
     b: str
     reason: str
+    score: float = 0.0
+
+
+@dataclass
+class Pairing:
+    """What one pairing cost: the candidate pairs its blocks proposed (each measured or
+    scored once), for the tests that pin its bound."""
+
+    candidates: int = 0
 
 
 def _core(name: str, _folded: str, rules: KeyRules) -> str:
@@ -71,7 +96,20 @@ RULES: tuple[tuple[str, Callable[[str, str, KeyRules], str]], ...] = (
 )
 SPELLING = "spelling"
 FIRST_NAME = "first name"
+TRANSLITERATION = "transliteration"
+NICKNAME = "nickname"
+ACRONYM = "acronym"
 REASONS = (*(reason for reason, _ in RULES), SPELLING, FIRST_NAME)
+VARIANT_REASONS = (TRANSLITERATION, NICKNAME, ACRONYM)
+# How likely each reason's pairs are one entity: the order they are listed in.
+SCORES = {
+    "title or legal suffix": 0.95,
+    "possessive": 0.9,
+    "Arabic article": 0.9,
+    "spacing": 0.85,
+    SPELLING: 0.6,
+    FIRST_NAME: 0.4,
+}
 
 
 def similar_pairs(
@@ -79,16 +117,29 @@ def similar_pairs(
     rules: KeyRules,
     limit: int | None = None,
     cores: Sequence[str] | None = None,
+    *,
+    rejected: Collection[tuple[str, str]] = (),
+    keys: Sequence[str] | None = None,
+    pairing: Pairing | None = None,
 ) -> list[SimilarPair]:
     """Pairs of ``names`` (one per entity, in first-seen order) that may name one
     entity, each pair once, best first; at most ``limit`` of them (None: all).
     ``cores``: the names' core keys as stored (else computed: the costliest step); a core
-    held apart by an unmerge is computed from the name, so that the pair is still shown."""
+    held apart by an unmerge is computed from the name, so that the pair is still shown.
+    ``rejected``: pairs of entity keys (``keys``, else ``rules.key`` of the names; in
+    sorted order: :func:`judged_pair`) a person judged two entities: never listed."""
     if rules is EXACT:
         return []
+    pairing = pairing if pairing is not None else Pairing()
     folded = [fold_v2_text(name) for name in names]
-    found: dict[tuple[int, int], int] = {}
-    for rank, (_reason, loose) in enumerate(RULES):
+    found: dict[tuple[int, int], tuple[float, str]] = {}
+
+    def keep(pair: tuple[int, int], score: float, reason: str) -> None:
+        pairing.candidates += 1
+        if folded[pair[0]] != folded[pair[1]] and found.get(pair, (0.0, ""))[0] < score:
+            found[pair] = (score, reason)
+
+    for reason, loose in RULES:
         if loose is _core and cores is not None:
             forms: Iterable[str] = (
                 identify(name, rules).core if is_held_apart(core) else core
@@ -96,44 +147,50 @@ def similar_pairs(
             )
         else:
             forms = (loose(name, text, rules) for name, text in zip(names, folded, strict=True))
-        for members in _blocks(forms).values():
-            for pair in _block_pairs(members, folded):
-                found.setdefault(pair, rank)
+        for members in blocks(forms).values():
+            for pair in block_pairs(members, folded):
+                keep(pair, SCORES[reason], reason)
+    read = [readings(name) for name in names]
     for pair in _spelling_pairs(folded):
-        found.setdefault(pair, REASONS.index(SPELLING))
+        if not distinct_names(read[pair[0]], read[pair[1]]) and not distinct_given_names(
+            folded[pair[0]], folded[pair[1]]
+        ):
+            keep(pair, SCORES[SPELLING], SPELLING)
     for pair in _first_name_pairs(folded):
-        found.setdefault(pair, REASONS.index(FIRST_NAME))
-    best = sorted(found.items(), key=lambda item: (item[1], item[0]))
-    return [SimilarPair(names[i], names[j], REASONS[rank]) for (i, j), rank in best[:limit]]
+        keep(pair, SCORES[FIRST_NAME], FIRST_NAME)
+    for pair, score in transliteration_pairs(read, folded):
+        keep(pair, score, TRANSLITERATION)
+    for pair, score in nickname_pairs(folded):
+        keep(pair, score, NICKNAME)
+    for pair in acronym_pairs(names, cores, folded, rules):
+        keep(pair, ACRONYM_SCORE, ACRONYM)
+    if rejected:
+        refused = set(rejected)
+
+        def key(index: int) -> str:
+            return keys[index] if keys is not None else rules.key(names[index])
+
+        found = {
+            pair: value
+            for pair, value in found.items()
+            if judged_pair(key(pair[0]), key(pair[1])) not in refused
+        }
+    best = sorted(found.items(), key=lambda item: (-item[1][0], item[0]))
+    return [
+        SimilarPair(names[i], names[j], reason, round(score, 2))
+        for (i, j), (score, reason) in best[:limit]
+    ]
 
 
-def _blocks(forms: Iterable[str]) -> dict[str, list[int]]:
-    """The indexes of the non-empty forms, by form."""
-    blocks: dict[str, list[int]] = {}
-    for index, form in enumerate(forms):
-        if form:
-            blocks.setdefault(form, []).append(index)
-    return blocks
-
-
-def _block_pairs(members: list[int], folded: Sequence[str]) -> Iterator[tuple[int, int]]:
-    """Every pair of a small block; in a large one, each name with the ``WINDOW`` names
-    that follow it in sorted order (sorted neighbourhood)."""
-    if len(members) <= WINDOW + 1:
-        for n, a in enumerate(members):
-            for b in members[n + 1 :]:
-                yield a, b
-        return
-    ordered = sorted(members, key=lambda index: (folded[index], index))
-    for n, a in enumerate(ordered):
-        for b in ordered[n + 1 : n + 1 + WINDOW]:
-            yield min(a, b), max(a, b)
+def judged_pair(key_a: str, key_b: str) -> tuple[str, str]:
+    """Two entities' keys as a judgement records them: in sorted order."""
+    return (key_a, key_b) if key_a <= key_b else (key_b, key_a)
 
 
 def _first_name_pairs(folded: Sequence[str]) -> Iterator[tuple[int, int]]:
     """A first name with a full name that starts with it ("Sarah", "Sarah Chen"), never
     two full names that share one ("Sarah Chen", "Sarah Miller")."""
-    words = _blocks(text.split(" ")[0] for text in folded)
+    words = blocks(text.split(" ")[0] for text in folded)
     for members in words.values():
         single = [i for i in members if " " not in folded[i]]
         for a in single:
@@ -161,7 +218,7 @@ def _spelling_pairs(folded: Sequence[str]) -> Iterator[tuple[int, int]]:
     candidates: set[tuple[int, int]] = set()
     for members in deletions.values():
         if len(members) > 1:
-            candidates.update(_block_pairs(members, folded))
+            candidates.update(block_pairs(members, folded))
     long_names = [i for i in measurable if len(folded[i]) >= LONG]  # (LONG: both ways)
     for key in (lambda i: folded[i], lambda i: folded[i][::-1]):
         ordered = sorted(long_names, key=key)

@@ -16,6 +16,7 @@ from ..db.schema import (
     entities,
     entity_aliases,
     entity_merges,
+    identity_judgements,
     in_same_session,
     session_key_rules,
 )
@@ -88,6 +89,8 @@ def resolution_possible(session: Any) -> Any:
 ALIAS_COLUMNS = (
     "session_id", "entity_id", "alias_key", "core_key", "alias", "source", "created_at",
 )  # fmt: skip
+JUDGEMENT_COLUMNS = tuple(column.name for column in identity_judgements.c)
+SAME, DIFFERENT = "same", "different"
 ENTITY_COLUMNS = tuple(column.name for column in entities.c)
 CONTEXT_COLUMNS = tuple(column.name for column in contexts.c)
 
@@ -241,7 +244,7 @@ class IdentityStatements(Statements):
         )
         # The names and cores ``similar_entities`` pairs, in first-seen order.
         self.names_and_cores = compiled(
-            sa.select(entities.c.name, entities.c.core_key)
+            sa.select(entities.c.name, entities.c.core_key, entities.c.name_key)
             .where(entities.c.session_id == session_param())
             .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
         )
@@ -267,6 +270,37 @@ class IdentityStatements(Statements):
             sa.select(sa.literal(1, sa.Integer).label("one"))
             .select_from(sa.table("turns"))
             .where(sa.column("session_id") == session_param(), sa.column("id") == param("turn_id"))
+        )
+        # Judgements of suggested pairs.
+        judged = identity_judgements.c
+        judgement_in_session = judged.session_id == session_param()
+        pair = (judged.key_a == param("key_a", sa.Text), judged.key_b == param("key_b", sa.Text))
+        self.judge = compiled(
+            insert(identity_judgements)
+            .values(_values(identity_judgements, JUDGEMENT_COLUMNS))
+            .on_conflict_do_update(
+                index_elements=[judged.session_id, judged.key_a, judged.key_b],
+                set_={
+                    name: sa.bindparam(name, type_=identity_judgements.c[name].type)
+                    for name in JUDGEMENT_COLUMNS
+                    if name not in ("session_id", "key_a", "key_b")
+                },
+            )
+        )
+        self.judgement_of = compiled(
+            sa.select(*identity_judgements.c).where(judgement_in_session, *pair)
+        )
+        self.unjudge = compiled(sa.delete(identity_judgements).where(judgement_in_session, *pair))
+        self.judgements = compiled(
+            sa.select(*identity_judgements.c)
+            .where(judgement_in_session)
+            .order_by(judged.decided_at, judged.key_a, judged.key_b)
+        )
+        self.clear_judgements = compiled(sa.delete(identity_judgements).where(judgement_in_session))
+        self.rejected_pairs = compiled(
+            sa.select(judged.key_a, judged.key_b).where(
+                judgement_in_session, judged.verdict == DIFFERENT
+            )
         )
         # Key rules.
         self.record_rules = compiled(

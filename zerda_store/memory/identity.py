@@ -11,6 +11,10 @@ from ..identity.similar import similar_pairs
 from ..telemetry.operations import DELETE, UPDATE, counts, observed
 from .base import MemoryCore
 
+# Who decided, when the caller does not say (the CLI passes the operating-system user).
+DECIDED_BY = "api"
+MAX_DECIDED_BY = 255
+
 
 class IdentityMethods(MemoryCore):
     """The identity calls of :class:`conversation.ConversationEntityMemory`."""
@@ -77,14 +81,76 @@ class IdentityMethods(MemoryCore):
             entries = [entry for entry in entries if entry.entity in shown]
         return [asdict(entry) for entry in entries]
 
-    def similar_entities(self, limit: int | None = None) -> list[dict[str, str]]:
+    def similar_entities(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Pairs of the session's entities that may be one, for a person to confirm with
-        :meth:`merge_entities` (never merged automatically): ``a``, ``b`` and ``reason``,
-        the likeliest first; at most ``limit`` pairs (None: all)."""
+        :meth:`confirm_same` (or :meth:`merge_entities`) or reject with
+        :meth:`reject_same`; never merged automatically. Each pair: ``a``, ``b``,
+        ``reason`` (a title or legal suffix, a possessive, the Arabic article, spacing,
+        spelling, first name, transliteration, nickname, acronym) and ``score`` (0-1,
+        how likely one entity), the likeliest first; at most ``limit`` pairs (None:
+        all). A pair rejected with :meth:`reject_same` is never listed again."""
         if limit is not None:
             checked_whole_number(limit, "limit (or None for all)", 1, MAX_COUNT)
         self._check_key_rules()
         entities = self._identity.names_and_cores(self.session_id)
-        names, cores = [name for name, _ in entities], [core for _, core in entities]
-        pairs = similar_pairs(names, self.key_rules, limit, cores=cores)
+        rejected = self._identity.rejected_pairs(self.session_id)
+        pairs = similar_pairs(
+            [name for name, _, _ in entities],
+            self.key_rules,
+            limit,
+            cores=[core for _, core, _ in entities],
+            rejected=rejected,
+            keys=[key for _, _, key in entities],
+        )
         return [asdict(pair) for pair in pairs]
+
+    def confirm_same(self, a: str, b: str, *, by: str = DECIDED_BY) -> dict[str, Any]:
+        """A person's judgement that ``a`` and ``b`` name one entity: ``b``'s entity is
+        merged into ``a``'s through the merge log (undone exactly by
+        :meth:`undo_judgement`), and the judgement kept with ``by`` (who decided) and
+        when. Returns the judgement (``a``, ``b``, ``verdict`` "same", ``decided_by``,
+        ``decided_at``, ``merge_id``)."""
+        self.store.check_writable()
+        self._check_key_rules()
+        judgement = self._identity.confirm_same(
+            self.session_id,
+            checked_text(a, "entity name"),
+            checked_text(b, "entity name"),
+            checked_name(by, "by", MAX_DECIDED_BY),
+            self._now(),
+        )
+        return asdict(judgement)
+
+    def reject_same(self, a: str, b: str, *, by: str = DECIDED_BY) -> dict[str, Any]:
+        """A person's judgement that ``a`` and ``b`` are two entities: the pair is never
+        suggested again in this session (until :meth:`undo_judgement`). Kept with ``by``
+        and when; returns the judgement (``verdict`` "different")."""
+        self.store.check_writable()
+        self._check_key_rules()
+        judgement = self._identity.reject_same(
+            self.session_id,
+            checked_text(a, "entity name"),
+            checked_text(b, "entity name"),
+            checked_name(by, "by", MAX_DECIDED_BY),
+            self._now(),
+        )
+        return asdict(judgement)
+
+    def undo_judgement(self, a: str, b: str) -> dict[str, Any]:
+        """Undo the judgement of ``a`` and ``b`` (the names as judged): a confirmation's
+        merge is undone (both entities as they were), a rejection removed (the pair may
+        be suggested again). Returns the judgement undone; a ValueError if there is none."""
+        self.store.check_writable()
+        self._check_key_rules()
+        judgement = self._identity.undo_judgement(
+            self.session_id,
+            checked_text(a, "entity name"),
+            checked_text(b, "entity name"),
+            self._now(),
+        )
+        return asdict(judgement)
+
+    def judgements(self) -> list[dict[str, Any]]:
+        """The session's judgements, oldest first: ``a``, ``b``, ``verdict`` ("same" or
+        "different"), ``decided_by``, ``decided_at``, ``merge_id``."""
+        return [asdict(judgement) for judgement in self._identity.judgements(self.session_id)]

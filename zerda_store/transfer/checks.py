@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..db.schema import contexts, entities, extractions, max_length, turns
+from ..db.schema import contexts, entities, extractions, identity_judgements, max_length, turns
 from ..identity.rules import identify
 from ..model.names import (
     EXACT,
@@ -67,9 +67,21 @@ _FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
         "source": (str,),
         "created_at": _NUMBER,
     },
+    # A person's judgement of two entities (``confirm_same``, ``reject_same``): their
+    # keys in sorted order and their names as judged.
+    "judgement": {
+        "key_a": (str,),
+        "key_b": (str,),
+        "name_a": (str,),
+        "name_b": (str,),
+        "verdict": (str,),
+        "decided_by": (str,),
+        "decided_at": _NUMBER,
+    },
 }
 KINDS = tuple(_FIELDS)
 ALIAS_SOURCES = {"manual", "merge", "mention"}
+VERDICTS = {"same", "different"}
 # The key rules a file's keys may have been made with; a header that names its rules (format
 # 3) allows only those. Files of formats 1 and 2 predate fold-v2: their keys are fold-v1's.
 CURRENT_RULES = (FOLD_V2, FOLD_V2_CASELESS, EXACT)
@@ -86,13 +98,16 @@ _INT_RANGES = {
     "entity_count": (0, _INTEGER),
     "attempts": (0, _INTEGER),
 }
-_TIMES = {"created_at", "updated_at", "first_seen", "last_seen"}
+_TIMES = {"created_at", "updated_at", "first_seen", "last_seen", "decided_at"}
 # Longest text the tables take in these fields (the others are unbounded), from the schema.
 _MAX_LENGTHS = {
     "name": max_length(entities.c.name),
     "entity_type": max_length(entities.c.entity_type),
     "idempotency_key": max_length(turns.c.idempotency_key),
     "extractor": max_length(extractions.c.extractor),
+    "name_a": max_length(identity_judgements.c.name_a),
+    "name_b": max_length(identity_judgements.c.name_b),
+    "decided_by": max_length(identity_judgements.c.decided_by),
 }
 _STATUSES = {None, "ok", "failed", "skipped"}
 assert contexts.c.text.type.python_type is str
@@ -103,6 +118,8 @@ def plural_counts(counts: dict[str, int]) -> dict[str, int]:
     plural = {"turns": counts["turn"], "entities": counts["entity"], "contexts": counts["context"]}
     if counts.get("alias"):
         plural["aliases"] = counts["alias"]
+    if counts.get("judgement"):
+        plural["judgements"] = counts["judgement"]
     return plural
 
 
@@ -165,7 +182,9 @@ def _check_text(value: str, field_name: str, number: int) -> None:
 
 def check_record(record: Any, number: int, checked: CheckedFile) -> None:
     if not isinstance(record, dict) or record.get("kind") not in _FIELDS:
-        raise ImportFormatError(f"line {number}: expected a turn, entity or context record")
+        raise ImportFormatError(
+            f"line {number}: expected a turn, entity, context, alias or judgement record"
+        )
     kind = record["kind"]
     for field_name in _FIELDS[kind]:
         _check_value(kind, field_name, record.get(field_name), number)
@@ -174,6 +193,7 @@ def check_record(record: Any, number: int, checked: CheckedFile) -> None:
         "entity": _check_entity,
         "context": _check_context,
         "alias": _check_alias,
+        "judgement": _check_judgement,
     }[kind](record, number, checked)
     checked.counts[kind] += 1
 
@@ -300,3 +320,22 @@ def _check_alias_identity(record: dict[str, Any], number: int, checked: CheckedF
     if held is not None:
         raise problem(number, "alias", "is an alias of another entity already")
     checked._alias_keys[key] = owner
+
+
+def _check_judgement(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
+    """A judgement names two different entities by keys the file's key rules make from
+    its names (or keys held apart), in sorted order, once per pair; says "same" or
+    "different"; and who decided."""
+    if record["verdict"] not in VERDICTS:
+        raise problem(number, "verdict", f"is not one of {sorted(VERDICTS)}")
+    if not is_acceptable_name(record["decided_by"]):
+        raise problem(number, "decided_by", "is not 1 to 255 characters without control characters")
+    for side in ("a", "b"):
+        name, key = record[f"name_{side}"], record[f"key_{side}"]
+        if not is_acceptable_name(name):
+            raise problem(number, f"name_{side}", "is not a storable name")
+        if not is_held_apart(key) and all(rules.key(name) != key for rules in checked.key_rules):
+            raise problem(number, f"key_{side}", "does not match its name under the file's rules")
+    if not record["key_a"] < record["key_b"]:
+        raise problem(number, "key_b", "must sort after key_a (two entities, in sorted order)")
+    _claim(checked, "judgement", "pair", (record["key_a"], record["key_b"]), number)

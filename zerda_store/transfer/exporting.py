@@ -17,6 +17,7 @@ from ..db.schema import (
     entities,
     entity_aliases,
     extractions,
+    identity_judgements,
     in_same_session,
     turns,
 )
@@ -99,6 +100,20 @@ def export_session(
         .where(entity_aliases.c.session_id == session_id)
         .order_by(entity_aliases.c.id)
     )
+    judged = identity_judgements.c
+    judgements = (
+        sa.select(
+            judged.key_a,
+            judged.key_b,
+            judged.name_a,
+            judged.name_b,
+            judged.verdict,
+            judged.decided_by,
+            judged.decided_at,
+        )
+        .where(judged.session_id == session_id)
+        .order_by(judged.decided_at, judged.key_a, judged.key_b)
+    )
     with store.query() as connection:
         if store.dialect == "postgresql":
             # Whole sessions are read: joined by hash or merge, not row by row. Before the
@@ -112,6 +127,7 @@ def export_session(
             ("entity", in_first_seen_order),
             ("context", snippets),
             ("alias", aliases),
+            ("judgement", judgements),
         ):
             records = ({"kind": kind, **row._asdict()} for row in streaming.execute(query))
             yield from records if shown is None else shown.filtered(kind, records)
@@ -143,6 +159,8 @@ class _Shown:
                     yield record
         elif kind == "context":
             yield from self._snippets(records)
+        elif kind == "judgement":
+            yield from records  # judgements of names, kept whatever the policy shows
         else:
             key = "id" if kind == "entity" else "entity_id"
             yield from (r for r in records if r[key] in self._entity_ids)

@@ -226,8 +226,10 @@ def _check_end(end: dict[str, Any] | None, number: int, checked: CheckedFile, sh
             f"line {number}: the file ends without its end line: the export was cut short"
         )
     expected = plural_counts(checked.counts)
-    if {key: end.get(key) for key in expected} != expected or end.get("aliases", 0) != (
-        checked.counts["alias"]
+    if (
+        {key: end.get(key) for key in expected} != expected
+        or end.get("aliases", 0) != checked.counts["alias"]
+        or end.get("judgements", 0) != checked.counts["judgement"]
     ):
         raise ImportFormatError(
             f"the end line's counts {plural_counts(checked.counts)} do not match the file's records"

@@ -65,6 +65,8 @@ class SessionWriter:
             self._write_contexts(batch)
         elif kind == "alias":
             self._write_aliases(batch)
+        elif kind == "judgement":
+            self._write_judgements(batch)
 
     def _run(self, insert: RowsInsert, rows: list[dict[str, Any]]) -> list[Any]:
         return insert.prepare(len(rows)).run(self._transaction, rows)
@@ -179,6 +181,38 @@ class SessionWriter:
                 f"the file's alias {alias!r} names another entity of session "
                 f"{self._session_id!r}: merge them there first; nothing was imported"
             )
+
+    def _write_judgements(self, records: list[dict[str, Any]]) -> None:
+        """Each judgement under the keys the import gives its names (a confirmation's
+        merge is not in this database: it comes without one); one judgement per pair,
+        the file's replacing one the session held."""
+        assert self._identity is not None
+        for r in records:
+            sides = sorted(
+                (self._judged_key(r[f"key_{side}"], r[f"name_{side}"]), r[f"name_{side}"])
+                for side in ("a", "b")
+            )
+            (key_a, name_a), (key_b, name_b) = sides
+            self._transaction.count(
+                self._identity.judge,
+                {
+                    "session_id": self._session_id,
+                    "key_a": key_a,
+                    "key_b": key_b,
+                    "name_a": name_a,
+                    "name_b": name_b,
+                    "verdict": r["verdict"],
+                    "merge_id": None,
+                    "decided_by": r["decided_by"],
+                    "decided_at": r["decided_at"],
+                },
+            )
+        self.counts["judgements"] = self.counts.get("judgements", 0) + len(records)
+
+    def _judged_key(self, key: str, name: str) -> str:
+        if self._rules is None or is_held_apart(key):
+            return key
+        return self._rules.key(name) or key
 
     def _write_contexts(self, records: list[dict[str, Any]]) -> None:
         seq = self._seq or _SequenceMap(self._turn_ids)

@@ -155,7 +155,7 @@ class Erasure:
 
     def _clear(self, session_id: str) -> tuple[Callable[[Transaction], None], SessionLock]:
         def work(transaction: Transaction) -> None:
-            for statement in self._statements.clear:
+            for statement in (*self._statements.clear, self._identity.clear_judgements):
                 transaction.count(statement, {"session_id": session_id})
 
         return work, SessionLock(session_id, exclusive=True)
