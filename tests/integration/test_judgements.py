@@ -111,3 +111,16 @@ def test_clear_deletes_the_judgements(memory):
     memory.reject_same("Samir", "Samira", by="nadia")
     memory.clear()
     assert memory.judgements() == []
+
+
+def test_forgetting_an_entity_deletes_the_judgements_that_name_it(memory):
+    memory.reject_same("Peggy Ross", "Margaret Ross", by="nadia")
+    memory.confirm_same("Mustafa Ali", "Moustafa Ali", by="nadia")
+    assert len(memory.judgements()) == 2
+
+    memory.forget_entity("Margaret Ross")
+    kept = memory.judgements()
+    assert len(kept) == 1 and "ross" not in str(kept).casefold()
+
+    memory.forget_entity("Mustafa Ali")  # the kept entity: its alias's judgement goes too
+    assert memory.judgements() == []

@@ -297,6 +297,22 @@ class IdentityStatements(Statements):
             .order_by(judged.decided_at, judged.key_a, judged.key_b)
         )
         self.clear_judgements = compiled(sa.delete(identity_judgements).where(judgement_in_session))
+        # A forgotten entity's judgements name it (by its key, or by an alias's): they go too.
+        names_of_entity = sa.union(
+            sa.select(entities.c.name_key).where(
+                entities.c.session_id == session_param(), entities.c.id == param("entity_id")
+            ),
+            sa.select(entity_aliases.c.alias_key).where(
+                entity_aliases.c.session_id == session_param(),
+                entity_aliases.c.entity_id == param("entity_id"),
+            ),
+        )
+        self.forget_judgements = compiled(
+            sa.delete(identity_judgements).where(
+                judgement_in_session,
+                sa.or_(judged.key_a.in_(names_of_entity), judged.key_b.in_(names_of_entity)),
+            )
+        )
         self.rejected_pairs = compiled(
             sa.select(judged.key_a, judged.key_b).where(
                 judgement_in_session, judged.verdict == DIFFERENT

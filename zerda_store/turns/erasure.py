@@ -185,6 +185,9 @@ class Erasure:
                 # Forgotten before without its turns: their texts may still name it.
                 return self._forget_turns_only(transaction, session_id, key, normalize)
             entity = entity_record(found[0])
+            transaction.count(
+                self._identity.forget_judgements, {"session_id": session_id, "entity_id": entity.id}
+            )
             self._erase_errors_naming(transaction, session_id, entity.key, normalize)
             if with_turns:
                 return self._forget_with_turns(transaction, session_id, entity, normalize)
