@@ -13,6 +13,7 @@ with their parameters.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -181,3 +182,54 @@ def test_hot_reads_use_the_entity_index_once_the_tables_are_analysed(
     reads = _hot_reads(unanalysed)
 
     assert_planned_by_index(engine, reads)
+
+
+def _literal(value: Any) -> str:
+    """``value`` written in SQL (EXPLAIN EXECUTE takes no bound parameters)."""
+    if isinstance(value, list):
+        return "ARRAY[" + ", ".join(map(_literal, value)) + "]::varchar[]"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _generic_plan(engine: sa.Engine, statement: str, parameters: dict[str, Any]) -> dict:
+    """The plan Postgres keeps for ``statement`` once prepared on a store's connection
+    (``plan_cache_mode = force_generic_plan``): made without the parameters' values."""
+    order: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:
+        if match.group(1) not in order:
+            order.append(match.group(1))
+        return f"${order.index(match.group(1)) + 1}"
+
+    prepared = re.sub(r"%\((\w+)\)[sb]", numbered, statement)
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SHOW plan_cache_mode").scalar() == "force_generic_plan"
+        types = {list: "varchar[]", str: "varchar", int: "bigint"}
+        declared = ", ".join(types[type(parameters[name])] for name in order)
+        connection.exec_driver_sql(f"PREPARE hot({declared}) AS {prepared}")
+        try:
+            values = ", ".join(_literal(parameters[name]) for name in order)
+            explained = connection.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE hot({values})")
+            return dict(explained.scalar_one()[0]["Plan"])
+        finally:
+            connection.exec_driver_sql("DEALLOCATE hot")
+
+
+@pytest.mark.parametrize("analysed", [False, True], ids=["never-analysed", "analysed"])
+def test_the_recall_keeps_a_generic_plan_on_the_indexes(
+    unanalysed: ConversationEntityMemory, analysed: bool
+) -> None:
+    engine = unanalysed.store.engine
+    if analysed:
+        with engine.connect() as connection:
+            connection.exec_driver_sql("ANALYZE")
+            connection.commit()
+    statement, parameters = next(
+        read for read in _hot_reads(unanalysed) if "WITH candidates" in read[0]
+    )
+    plan = _generic_plan(engine, statement, parameters)
+    assert_snippets_read_newest_first_by_entity(plan)
+    entity_reads = [n for n, _ in _nodes(plan) if n.get("Relation Name") == "entities"]
+    assert entity_reads and all(n["Node Type"] == "Index Scan" for n in entity_reads), plan

@@ -25,7 +25,7 @@ from ..db.schema import contexts, entities, entity_aliases
 from ..identity.resolution import Resolver
 from ..identity.statements import candidates_select
 from ..model.records import Mention
-from .statements import _recall_lateral, recalled_entity
+from .statements import NEWEST_FIRST, recalled_entity
 
 
 class CandidateRow(NamedTuple):
@@ -37,22 +37,114 @@ class CandidateRow(NamedTuple):
     name: str
 
 
-def _candidate_entities() -> Any:
-    """Postgres: the entities among the candidates, by conditions on the parameters alone
-    (each an index, OR-ed as a bitmap): planned well even before the tables' statistics
-    say how many rows a session has, unlike a join to the candidates."""
+# OFFSET 0 keeps the planner from flattening a LATERAL probe into a join it may reorder: each
+# probe stays one descent of the index that matches both its conditions.
+_KEEP_APART = sa.literal_column("0", sa.Integer)
+
+
+def _keys() -> Any:
+    """``unnest(:keys) AS anon(key)``: one row per key, to probe with."""
     keys = sa.bindparam("keys", type_=ARRAY(sa.String))
-    session = sa.bindparam("session_id", type_=sa.String)
-    aliased = sa.select(entity_aliases.c.entity_id).where(
-        entity_aliases.c.session_id == session,
-        sa.or_(
-            entity_aliases.c.alias_key == sa.any_(keys), entity_aliases.c.core_key == sa.any_(keys)
-        ),
+    return sa.func.unnest(keys).table_valued("key").render_derived()
+
+
+def _probe(table: sa.Table, column: Any, key: Any, *selected: Any) -> Any:
+    """LATERAL: ``selected`` of the session's rows of ``table`` whose ``column`` is ``key``."""
+    return (
+        sa.select(*selected)
+        .where(table.c.session_id == sa.bindparam("session_id", type_=sa.String), column == key)
+        .offset(_KEEP_APART)
+        .lateral()
     )
-    return sa.or_(
-        entities.c.name_key == sa.any_(keys),
-        entities.c.core_key == sa.any_(keys),
-        entities.c.id == sa.any_(sa.func.array(aliased.scalar_subquery())),
+
+
+def _probed_candidates() -> Any:
+    """Postgres: the candidates of ``identity.statements.candidates_select``, with their
+    entity's id, found by probing an index per key (``unnest`` joined LATERAL to a probe
+    that matches an index exactly on the session and the key). An ``= ANY(:keys)`` gives
+    the planner a cheaper-looking scan of the whole session on another index led by
+    ``session_id`` while the tables have no statistics, and keeps its generic plan off the
+    indexes; a probe per key has no such choice."""
+
+    def by_entity(column: Any) -> Any:
+        keys = _keys()
+        found = _probe(
+            entities, column, keys.c.key,
+            entities.c.id, entities.c.name_key, entities.c.name, entities.c.core_key,
+        )  # fmt: skip
+        return sa.select(
+            found.c.id.label("entity_id"),
+            found.c.name_key.label("entity_key"),
+            found.c.name.label("entity_name"),
+            found.c.core_key,
+            found.c.name,
+        ).join_from(keys, found, sa.true())
+
+    def by_alias(column: Any) -> Any:
+        keys = _keys()
+        alias = _probe(
+            entity_aliases, column, keys.c.key,
+            entity_aliases.c.entity_id, entity_aliases.c.core_key, entity_aliases.c.alias,
+        )  # fmt: skip
+        entity = _probe(
+            entities, entities.c.id, alias.c.entity_id,
+            entities.c.id, entities.c.name_key, entities.c.name,
+        )  # fmt: skip
+        return (
+            sa.select(
+                entity.c.id.label("entity_id"),
+                entity.c.name_key.label("entity_key"),
+                entity.c.name.label("entity_name"),
+                alias.c.core_key,
+                alias.c.alias.label("name"),
+            )
+            .join_from(keys, alias, sa.true())
+            .join(entity, sa.true())
+        )
+
+    return sa.union_all(
+        by_entity(entities.c.name_key),
+        by_entity(entities.c.core_key),
+        by_alias(entity_aliases.c.alias_key),
+        by_alias(entity_aliases.c.core_key),
+    )
+
+
+def _probed_recall(found: Any, aged: bool) -> Any:
+    """Postgres: each candidate entity by its id (one probe each), joined LATERAL to its
+    newest ``:limit`` snippets (the index of the session's snippets by entity and recency,
+    read backwards and cut at the limit)."""
+    chosen = sa.select(found.c.entity_id).distinct().subquery("chosen")
+    entity = _probe(
+        entities, entities.c.id, chosen.c.entity_id,
+        entities.c.id, entities.c.session_id, *recalled_entity(aged),
+    )  # fmt: skip
+    age = (contexts.c.created_at,) if aged else ()
+    newest = (
+        sa.select(contexts.c.text, contexts.c.turn_seq, contexts.c.id.label("context_id"), *age)
+        .where(
+            contexts.c.session_id == entity.c.session_id,
+            contexts.c.entity_id == entity.c.id,
+            # The session as a constant too, for Citus (see statements._recall_lateral).
+            contexts.c.session_id == sa.bindparam("session_id", type_=sa.String),
+        )
+        .order_by(*NEWEST_FIRST)
+        .limit(sa.bindparam("limit"))
+        .lateral("newest")
+    )
+    return (
+        sa.select(
+            entity.c.name,
+            entity.c.name_key,
+            *((entity.c.entity_type,) if aged else ()),
+            newest.c.text,
+            newest.c.turn_seq,
+            newest.c.context_id,
+            *((newest.c.created_at,) if aged else ()),
+        )
+        .select_from(chosen)
+        .join(entity, sa.true())
+        .join(newest, sa.true())
     )
 
 
@@ -87,10 +179,11 @@ def _recall_by_keys(aged: bool, keyed: Any) -> Any:
 
 
 def _resolving_recall(dialect: Dialect, aged: bool) -> Any:
-    found = candidates_select(dialect).cte("candidates")
     if dialect.name == "postgresql":
-        snippets = _recall_lateral(aged, _candidate_entities())
+        found = _probed_candidates().cte("candidates")
+        snippets = _probed_recall(found, aged)
     else:
+        found = candidates_select(dialect).cte("candidates")
         keyed = entities.c.name_key.in_(sa.select(found.c.entity_key))
         snippets = _recall_by_keys(aged, keyed)
     snippets = snippets.add_columns(sa.null().cast(entities.c.core_key.type).label("core_key"))
