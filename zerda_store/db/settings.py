@@ -199,14 +199,6 @@ def configure(
     settings = [
         f"SET {name} = {value}" for name, value in _settings(lock_timeout, read_only, schema)
     ]
-    # The statements psycopg prepares (those run five times on a connection: the hot ones)
-    # keep one generic plan. Every one of them names its session and reads by indexes that
-    # match its conditions exactly, so the generic plan is the custom one without planning
-    # it again at each call: Postgres would otherwise re-plan the recall at every call once
-    # a session is large (0.3-0.5 ms, several times what it takes to run), because its
-    # estimate of the generic plan, made without the parameters, looks dearer.
-    settings.append("SET plan_cache_mode = force_generic_plan")
-
     warned: list[bool] = []
 
     @event.listens_for(engine, "connect")
@@ -215,7 +207,8 @@ def configure(
         try:
             for setting in settings:
                 cursor.execute(setting)
-            if prepared_statements is None and _behind_a_pooler(cursor, dbapi_connection):
+            pooled, citus = _server_of(cursor, dbapi_connection)
+            if pooled and prepared_statements is None:
                 dbapi_connection.prepare_threshold = None
                 if not warned:
                     warned.append(True)
@@ -226,16 +219,33 @@ def configure(
                         "False (?prepared_statements=false) so that its settings hold",
                         safe_url(url),
                     )
+            elif not (pooled or citus):
+                cursor.execute(_GENERIC_PLANS)
         finally:
             cursor.close()
         dbapi_connection.commit()
 
 
-def _behind_a_pooler(cursor: Any, dbapi_connection: Any) -> bool:
-    """Whether the server process answering is not the one the connection was given at
-    start-up: a pooler gives its clients process ids of its own."""
-    cursor.execute("SELECT pg_backend_pid()")
-    return bool(cursor.fetchone()[0] != dbapi_connection.info.backend_pid)
+# The statements psycopg prepares (those run five times on a connection: the hot ones) keep
+# one generic plan. Every one of them names its session and reads by indexes that match its
+# conditions exactly, so the generic plan is the custom one without planning it again at
+# each call: Postgres would otherwise re-plan the recall at every call once a session is
+# large (0.3-0.5 ms, several times what it takes to run), because its estimate of the
+# generic plan, made without the parameters, looks dearer. Not behind a pooler (the setting
+# would reach other clients' server connections) nor on Citus, whose planner routes a
+# statement by its parameters' values and so plans each execution.
+_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+
+
+def _server_of(cursor: Any, dbapi_connection: Any) -> tuple[bool, bool]:
+    """Whether a pooler stands between the connection and the server (the server process
+    answering is not the one the connection was given at start-up: a pooler gives its
+    clients process ids of its own), and whether the database has the citus extension."""
+    cursor.execute(
+        "SELECT pg_backend_pid(), EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')"
+    )
+    pid, citus = cursor.fetchone()
+    return pid != dbapi_connection.info.backend_pid, bool(citus)
 
 
 def _settings(lock_timeout: float, read_only: bool, schema: str | None) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ from operator import ne
 from typing import Any
 
 from ..db.engine import Store
+from ..db.sharding import distributed
 from ..db.unit_of_work import OneStatement, Transaction
 from ..identity.resolution import Resolver
 from ..identity.statements import IdentityStatements
@@ -123,7 +124,9 @@ class Reads(TurnHistory):
         if self.store.dialect != "sqlite":
             values = ResolvingRecall.values(session_id, mentions, limit)
             return OneStatement(
-                self._resolving.statement(aged), values, partial(resolved, resolver, mentions)
+                self._resolving.statement(aged, distributed(self.store)),
+                values,
+                partial(resolved, resolver, mentions),
             )
         # A titled form (its key is not its core's): resolve.
         titled = any(map(ne, map(MENTION_KEY, mentions), map(MENTION_CORE_KEY, mentions)))

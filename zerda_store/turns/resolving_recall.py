@@ -25,7 +25,7 @@ from ..db.schema import contexts, entities, entity_aliases
 from ..identity.resolution import Resolver
 from ..identity.statements import candidates_select
 from ..model.records import Mention
-from .statements import NEWEST_FIRST, recalled_entity
+from .statements import NEWEST_FIRST, _recall_lateral, recalled_entity
 
 
 class CandidateRow(NamedTuple):
@@ -148,6 +148,25 @@ def _probed_recall(found: Any, aged: bool) -> Any:
     )
 
 
+def _candidate_entities() -> Any:
+    """Postgres: the entities among the candidates, by conditions on the parameters alone
+    (each an index, OR-ed as a bitmap): planned well even before the tables' statistics
+    say how many rows a session has, unlike a join to the candidates."""
+    keys = sa.bindparam("keys", type_=ARRAY(sa.String))
+    session = sa.bindparam("session_id", type_=sa.String)
+    aliased = sa.select(entity_aliases.c.entity_id).where(
+        entity_aliases.c.session_id == session,
+        sa.or_(
+            entity_aliases.c.alias_key == sa.any_(keys), entity_aliases.c.core_key == sa.any_(keys)
+        ),
+    )
+    return sa.or_(
+        entities.c.name_key == sa.any_(keys),
+        entities.c.core_key == sa.any_(keys),
+        entities.c.id == sa.any_(sa.func.array(aliased.scalar_subquery())),
+    )
+
+
 def _recall_by_keys(aged: bool, keyed: Any) -> Any:
     """SQLite (no LATERAL): the session's entities that ``keyed`` selects,
     joined to the snippets whose ids are among each one's newest ``:limit`` (a correlated
@@ -178,10 +197,15 @@ def _recall_by_keys(aged: bool, keyed: Any) -> Any:
     )
 
 
-def _resolving_recall(dialect: Dialect, aged: bool) -> Any:
-    if dialect.name == "postgresql":
+def _resolving_recall(dialect: Dialect, aged: bool, distributed: bool) -> Any:
+    if dialect.name == "postgresql" and not distributed:
         found = _probed_candidates().cte("candidates")
         snippets = _probed_recall(found, aged)
+    elif dialect.name == "postgresql":
+        # Citus plans no probe fenced by OFFSET: there, one statement its router planner
+        # sends whole to the session's shard (docs/citus.md).
+        found = candidates_select(dialect).cte("candidates")
+        snippets = _recall_lateral(aged, _candidate_entities())
     else:
         found = candidates_select(dialect).cte("candidates")
         keyed = entities.c.name_key.in_(sa.select(found.c.entity_key))
@@ -214,13 +238,15 @@ class ResolvingRecall:
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
-        self._compiled: dict[bool, CompiledStatement] = {}
+        self._compiled: dict[tuple[bool, bool], CompiledStatement] = {}
 
-    def statement(self, aged: bool) -> CompiledStatement:
-        compiled = self._compiled.get(aged)
+    def statement(self, aged: bool, distributed: bool = False) -> CompiledStatement:
+        """The statement for ``aged`` rows, in the shape for tables ``distributed`` by
+        Citus or not."""
+        compiled = self._compiled.get((aged, distributed))
         if compiled is None:
-            compiled = compile_statement(_resolving_recall(self._dialect, aged), self._dialect)
-            self._compiled[aged] = compiled
+            built = _resolving_recall(self._dialect, aged, distributed)
+            compiled = self._compiled[aged, distributed] = compile_statement(built, self._dialect)
         return compiled
 
     @staticmethod
