@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -109,14 +110,16 @@ _ALIASES = ("aliases", "alias")
 
 @contextmanager
 def _readable(file: str) -> Iterator[str]:
-    """A path that can be read twice (checked, then imported): standard input is copied
-    to a temporary file first."""
-    if file != "-":
-        yield file
-        return
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".jsonl") as copy:
-        for line in sys.stdin:
-            copy.write(line)
+    """A private copy of ``file`` (or of standard input), read from it once: the import
+    checks and then writes this copy, never the operator's path again. A stream such as
+    ``<(gunzip -c backup.gz)`` can be read only once, and a file replaced between the check
+    and the write would have its unchecked records imported."""
+    with tempfile.NamedTemporaryFile("w+b", suffix=".jsonl") as copy:
+        if file == "-":
+            shutil.copyfileobj(click.get_binary_stream("stdin"), copy)
+        else:
+            with open(file, "rb") as source:
+                shutil.copyfileobj(source, copy)
         copy.flush()
         yield copy.name
 

@@ -1,0 +1,81 @@
+"""The fourth hardening round's files (docs/hardening.md): an import reads its file once
+(a stream such as ``<(gunzip -c f)`` restores everything, a file replaced after its check
+is not what gets written), an export never writes over the database it reads, an export
+whose turns were put out of order is refused, and a file merged twice is refused."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import export_records, invoke, json_of, one_line_error, succeeded
+from tests.cli.test_cli_transfer import export_file, import_file
+from zerda_store import ConversationEntityMemory
+
+# -- H1: one read of the file -----------------------------------------------------------------
+
+
+@contextmanager
+def pipe_of(data: bytes) -> Iterator[str]:
+    """A path that reads ``data`` once, as bash's ``<(gunzip -c f)`` does (a second open
+    reads nothing)."""
+    read_end, write_end = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(write_end, "wb") as out:
+            out.write(data)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        yield f"/dev/fd/{read_end}"
+    finally:
+        writer.join()
+        os.close(read_end)
+
+
+def test_import_from_a_stream_restores_every_turn(shared_populated, tmp_path):
+    path = tmp_path / "acme.jsonl"
+    export_file(shared_populated, "acme", path)
+
+    with pipe_of(path.read_bytes()) as stream:
+        result = succeeded(invoke(shared_populated, "import", stream, "--session", "acme-piped"))
+
+    assert "6 turns, 3 entities, 8 snippets" in result.stdout
+    stats = json_of(invoke(shared_populated, "stats", "--session", "acme-piped", "--json"))
+    assert stats["message_count"] == 6
+
+
+def test_a_file_replaced_after_its_check_is_not_what_is_imported(
+    shared_populated, tmp_path, monkeypatch
+):
+    from zerda_store.transfer import format as export_format
+
+    path = tmp_path / "quiet.jsonl"
+    export_file(shared_populated, "quiet", path)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    turn = json.loads(lines[1])
+    hostile = json.dumps({**turn, "input_text": "nul \u0000 here", "created_at": -5.0}) + "\n"
+    checked = export_format.check_session
+
+    def check_then_replace(*args, **kwargs):
+        answer = checked(*args, **kwargs)
+        replaced = tmp_path / "replaced.jsonl"
+        replaced.write_text(lines[0] + hostile + lines[2], encoding="utf-8")
+        os.replace(replaced, path)
+        return answer
+
+    monkeypatch.setattr(export_format, "check_session", check_then_replace)
+    succeeded(import_file(shared_populated, path, "quiet-replaced"))
+
+    turns = [r for r in export_records(shared_populated, "quiet-replaced") if r["kind"] == "turn"]
+    assert [(t["input_text"], t["created_at"]) for t in turns] == [
+        (turn["input_text"], turn["created_at"])
+    ]
