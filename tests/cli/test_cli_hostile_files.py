@@ -79,3 +79,31 @@ def test_a_file_replaced_after_its_check_is_not_what_is_imported(
     assert [(t["input_text"], t["created_at"]) for t in turns] == [
         (turn["input_text"], turn["created_at"])
     ]
+
+
+# -- H2: an export never replaces the database it reads ---------------------------------------
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+@pytest.mark.parametrize("spelling", ["as-given", "relative", "symlink"])
+def test_export_refuses_the_file_of_the_database_it_reads(
+    sqlite_url, tmp_path, monkeypatch, suffix, spelling
+):
+    with ConversationEntityMemory(database_url=sqlite_url, session_id="s") as memory:
+        memory.save_context({"input": "Sarah Chen called."}, {"output": "Noted."})
+    database = Path(sqlite_url.removeprefix("sqlite:///"))
+    before = database.read_bytes()
+    target = Path(f"{database}{suffix}")
+    if spelling == "relative":
+        monkeypatch.chdir(database.parent)
+        target = Path(target.name)
+    elif spelling == "symlink":
+        link = tmp_path / "elsewhere.jsonl"
+        link.symlink_to(target)
+        target = link
+
+    line = one_line_error(invoke(sqlite_url, "export", "--session", "s", "-o", str(target)))
+
+    assert "a file of the database this command reads" in line
+    assert database.read_bytes() == before
+    assert json_of(invoke(sqlite_url, "stats", "--session", "s", "--json"))["message_count"] == 1

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -168,6 +170,29 @@ class Context:
         migrate.prepare_for_new_data(self.store)
         return AdminRepository(self.store)
 
+    def database_files(self) -> list[Path]:
+        """The files of the SQLite database this command reads (the database, its journal,
+        -wal and -shm); none for Postgres, or a URL that names no file."""
+        from ..db.urls import resolve_url
+
+        url = resolve_url(self.database_url)
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return []
+        database = Path(str(url.database))
+        suffixes = ("", "-wal", "-shm", "-journal")
+        return [database.with_name(database.name + suffix) for suffix in suffixes]
+
+    def refuse_own_file(self, destination: str) -> None:
+        """Refuse ``destination`` if it is the database this command reads, or one of its
+        files: writing there would replace the database (``export -o memory.db``)."""
+        target = Path(destination)
+        for own in self.database_files():
+            if _same_file(target, own):
+                raise click.ClickException(
+                    f"{destination} is a file of the database this command reads "
+                    f"({own.name}): choose another destination (nothing was written)"
+                )
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
@@ -203,6 +228,15 @@ def _one_line(ctx: click.Context, exc: Exception) -> Exception:
     if alembic_errors is not None and isinstance(exc, alembic_errors.CommandError):
         return click.ClickException(escaped(_scrubbed(ctx, str(exc))))
     return exc
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same file on disk (a hard link, a symbolic
+    link), or, for a file not there yet, the same resolved path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
 
 
 def _scrubbed(ctx: click.Context, message: str) -> str:

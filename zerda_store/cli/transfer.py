@@ -38,6 +38,8 @@ def export_command(obj: Context, session_id: str, output: str, include_expired: 
     retention policy has expired is left out unless --include-expired."""
     from ..transfer.format import write_session, write_session_file
 
+    if output != "-":
+        obj.refuse_own_file(output)
     require_session(obj, session_id)
     reader = obj.reader()
     rules = reader.key_rules(session_id)
