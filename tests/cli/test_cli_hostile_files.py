@@ -107,3 +107,31 @@ def test_export_refuses_the_file_of_the_database_it_reads(
     assert "a file of the database this command reads" in line
     assert database.read_bytes() == before
     assert json_of(invoke(sqlite_url, "stats", "--session", "s", "--json"))["message_count"] == 1
+
+
+# -- H6: turns out of order ---------------------------------------------------------------------
+
+
+def _resealed(lines: list[str]) -> str:
+    """Records edited by hand, with a recomputed end line (a checksum is no signature)."""
+    from zerda_store.transfer.format import write_session
+
+    header = json.loads(lines[0])
+    records = [json.loads(line) for line in lines[1:-1]]
+    out = io.StringIO()
+    write_session(out, header["session_id"], records, None)
+    written = out.getvalue().splitlines(keepends=True)
+    return "".join([lines[0], *written[1:]])
+
+
+def test_an_export_with_its_turns_out_of_order_is_refused(shared_populated, tmp_path):
+    path = tmp_path / "acme.jsonl"
+    lines = [line + "\n" for line in export_file(shared_populated, "acme", path)]
+    lines[1], lines[4] = lines[4], lines[1]  # the fourth turn first, the first fourth
+    path.write_text(_resealed(lines), encoding="utf-8")
+
+    line = one_line_error(import_file(shared_populated, path, "acme-shuffled"))
+
+    assert "line 3: field 'id' is out of order" in line
+    listed = json_of(invoke(shared_populated, "sessions", "--json"))
+    assert "acme-shuffled" not in [s["session_id"] for s in listed]

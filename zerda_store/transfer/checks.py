@@ -121,6 +121,7 @@ class CheckedFile:
     # The rules the file's keys agree with so far (all of them, to begin with).
     key_rules: tuple[KeyRules, ...] = CURRENT_RULES
     _turn_ids: set[int] = field(default_factory=set)
+    _last_turn_id: int = 0
     _entity_ids: set[int] = field(default_factory=set)
     _unique: set[tuple[str, str, Any]] = field(default_factory=set)
     _snippets: set[tuple[int, int]] = field(default_factory=set)
@@ -192,6 +193,11 @@ def _check_turn(record: dict[str, Any], number: int, checked: CheckedFile) -> No
     if checked.counts["entity"] or checked.counts["context"]:
         raise ImportFormatError(f"line {number}: turns must come before entities and snippets")
     _claim(checked, "turn", "id", record["id"], number)
+    if record["id"] < checked._last_turn_id:
+        # The import keeps the file's order (new ids in file order), and recall follows it:
+        # turns moved up in an edited file would be recalled as the newest.
+        raise problem(number, "id", "is out of order: turns come in the order they were saved")
+    checked._last_turn_id = record["id"]
     if record["idempotency_key"] is not None:
         _claim(checked, "turn", "idempotency_key", record["idempotency_key"], number)
     checked._turn_ids.add(record["id"])
