@@ -135,3 +135,21 @@ def test_an_export_with_its_turns_out_of_order_is_refused(shared_populated, tmp_
     assert "line 3: field 'id' is out of order" in line
     listed = json_of(invoke(shared_populated, "sessions", "--json"))
     assert "acme-shuffled" not in [s["session_id"] for s in listed]
+
+
+# -- the same file merged twice ---------------------------------------------------------------
+
+
+def test_merging_the_same_file_twice_is_refused(own_sessions, tmp_path):
+    populated, suffix = own_sessions
+    quiet, globex = "quiet" + suffix, "globex" + suffix
+    path = tmp_path / "globex.jsonl"
+    export_file(populated, globex, path)
+    succeeded(import_file(populated, path, quiet, "--merge"))
+    before = export_records(populated, quiet)
+
+    line = one_line_error(import_file(populated, path, quiet, "--merge"))
+
+    assert "already holds the file's first turn" in line
+    assert export_records(populated, quiet) == before
+    assert json_of(invoke(populated, "stats", "--session", quiet, "--json"))["message_count"] == 4
