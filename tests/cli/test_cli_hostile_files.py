@@ -17,7 +17,10 @@ import pytest
 
 from tests.cli.helpers import export_records, invoke, json_of, one_line_error, succeeded
 from tests.cli.test_cli_transfer import export_file, import_file
+from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory
+from zerda_store.errors import MergeError
+from zerda_store.model.names import KEY_RULES
 
 # -- H1: one read of the file -----------------------------------------------------------------
 
@@ -119,9 +122,8 @@ def _resealed(lines: list[str]) -> str:
     header = json.loads(lines[0])
     records = [json.loads(line) for line in lines[1:-1]]
     out = io.StringIO()
-    write_session(out, header["session_id"], records, None)
-    written = out.getvalue().splitlines(keepends=True)
-    return "".join([lines[0], *written[1:]])
+    write_session(out, header["session_id"], records, KEY_RULES[header["key_rules"]])
+    return out.getvalue()
 
 
 def test_an_export_with_its_turns_out_of_order_is_refused(shared_populated, tmp_path):
@@ -153,3 +155,54 @@ def test_merging_the_same_file_twice_is_refused(own_sessions, tmp_path):
     assert "already holds the file's first turn" in line
     assert export_records(populated, quiet) == before
     assert json_of(invoke(populated, "stats", "--session", quiet, "--json"))["message_count"] == 4
+
+
+# -- H5: an entity's name and another's alias ---------------------------------------------------
+
+PEOPLE = ("Robert", "Bob", "Carol")
+
+
+def _people(url: str, session_id: str) -> ConversationEntityMemory:
+    memory = ConversationEntityMemory(KeywordLLM(PEOPLE), database_url=url, session_id=session_id)
+    for name in PEOPLE:
+        memory.save_context({"input": f"{name} called."}, {"output": "Noted."})
+    return memory
+
+
+def test_unmerge_refuses_to_bring_back_a_name_that_is_another_entitys_alias(database_url, tmp_path):
+    with _people(database_url, "s") as memory:
+        merged = memory.merge_entities("Robert", "Bob")
+        memory.remove_alias("Bob")
+        memory.add_alias("Carol", "Bob")
+
+        with pytest.raises(MergeError, match="'Bob' is an alias of 'Carol' now"):
+            memory.unmerge(merged["merge_id"])
+
+        assert memory.list_entities() == ["Robert", "Carol"]
+    path = tmp_path / "s.jsonl"
+    export_file(database_url, "s", path)
+    succeeded(import_file(database_url, path, "s-restored"))
+
+
+def test_a_held_apart_entity_named_as_another_entitys_alias_exports_and_imports(
+    database_url, tmp_path
+):
+    with _people(database_url, "s") as memory:
+        memory.forget_entity("Bob")
+        memory.add_alias("Carol", "Bob")
+    path = tmp_path / "crafted.jsonl"
+    with _people(database_url, "source") as source:
+        source.forget_entity("Carol")
+    lines = [json.loads(line) for line in export_file(database_url, "source", path)]
+    for record in lines:
+        if record["kind"] == "entity" and record["name"] == "Bob":
+            record["name_key"] = record["core_key"] = "\x02apart 999"
+    path.write_text(_resealed([json.dumps(r, ensure_ascii=False) + "\n" for r in lines]))
+    succeeded(import_file(database_url, path, "s", "--merge"))
+
+    again = tmp_path / "again.jsonl"
+    export_file(database_url, "s", again)
+    succeeded(import_file(database_url, again, "s-again"))
+    assert json_of(invoke(database_url, "alias", "list", "--session", "s-again", "--json")) == [
+        {"entity": "Carol", "alias": "Bob", "source": "manual"}
+    ]

@@ -181,6 +181,7 @@ def unmerge(
             f"merge {logged.id} cannot be undone: an entity {taken[0].name!r} has the key of "
             f"{merged['name']!r} now"
         )
+    _refuse_alias_of_another(transaction, statements, logged, merged)
     if record["alias_id"] is not None:
         transaction.count(statements.remove_alias, {**session, "alias_id": record["alias_id"]})
     transaction.count(statements.insert_entity, merged)
@@ -199,6 +200,25 @@ def unmerge(
         statements.update_first_last, {**session, "entity_id": kept[0].id, **restored}
     )
     transaction.count(statements.mark_undone, {**session, "merge_id": logged.id, "undone_at": at})
+
+
+def _refuse_alias_of_another(
+    transaction: Transaction, statements: IdentityStatements, logged: Any, merged: dict[str, Any]
+) -> None:
+    """An unmerge may not bring back an entity whose key is now another entity's alias (its
+    alias was removed and given to another since): a name would then be an entity and
+    another's alias at once, a state ``add_alias`` refuses and an export cannot carry."""
+    values = {"session_id": logged.session_id, "alias_key": merged["name_key"]}
+    own = logged.record["alias_id"]
+    held = [row for row in transaction.run(statements.alias_by_key, values) if row.id != own]
+    if not held:
+        return
+    values = {"session_id": logged.session_id, "entity_id": held[0].entity_id}
+    owner = transaction.run(statements.entity_by_id, values)[0]
+    raise MergeError(
+        f"merge {logged.id} cannot be undone: {merged['name']!r} is an alias of "
+        f"{owner.name!r} now (`zerda-store alias remove` it first)"
+    )
 
 
 def _restored(now: Any, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -129,6 +129,7 @@ class CheckedFile:
     _entity_names: dict[int, str] = field(default_factory=dict)
     _entity_keys: dict[str, int] | None = None
     _alias_keys: dict[str, int] = field(default_factory=dict)
+    _held_apart: set[int] = field(default_factory=set)
 
 
 def problem(number: int, field_name: str, what: str) -> ImportFormatError:
@@ -220,6 +221,8 @@ def _check_entity(record: dict[str, Any], number: int, checked: CheckedFile) -> 
     _claim(checked, "entity", "name_key", record["name_key"], number)
     checked._entity_ids.add(record["id"])
     checked._entity_names[record["id"]] = name
+    if is_held_apart(record["name_key"]):
+        checked._held_apart.add(record["id"])
 
 
 def _check_core(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
@@ -291,7 +294,11 @@ def _check_alias_identity(record: dict[str, Any], number: int, checked: CheckedF
     rules = file_key_rules(checked)
     if checked._entity_keys is None:
         names = checked._entity_names
-        checked._entity_keys = {rules.key(name): id_ for id_, name in names.items()}
+        # An entity held apart is found by no name (an unmerge kept it apart from the
+        # entity, or the alias, its name's key names), so an alias may have its name's key.
+        checked._entity_keys = {
+            rules.key(name): id_ for id_, name in names.items() if id_ not in checked._held_apart
+        }
     key, owner = rules.key(record["alias"]), record["entity_id"]
     if not key:
         raise problem(number, "alias", "has no letters or digits to name an entity by")
