@@ -145,11 +145,10 @@ def test_a_postgres_database_behind_head_is_refused_with_the_command_to_run(post
     assert json_of(invoke(postgres_url, "sessions", "--json")) == []
 
 
-def test_a_sqlite_file_behind_head_is_read_as_is_by_no_command_and_upgrades_on_first_write(
-    sqlite_url,
-):
-    """Reading commands never migrate; as DESIGN.md says, SQLite upgrades itself on first
-    use by the Python API, and so does a command that changes the memory."""
+def test_a_sqlite_file_behind_head_is_upgraded_by_db_upgrade_only(sqlite_url):
+    """Reading commands never migrate, and neither do the commands that change the memory
+    (the fourth hardening round, H7): only `db upgrade`, which reports what its upgrade
+    changes, does (the Python API's SQLite still upgrades itself on first use)."""
     first = revisions()[0]
     succeeded(invoke(sqlite_url, "db", "upgrade", first))
     line = one_line_error(invoke(sqlite_url, "sessions", "--json"))
@@ -159,8 +158,12 @@ def test_a_sqlite_file_behind_head_is_read_as_is_by_no_command_and_upgrades_on_f
         f"{first} (head is {HEAD})"
     )
 
-    assert "no entity" in one_line_error(invoke(sqlite_url, "forget", "Ada", "--session", "s"))
-    assert succeeded(invoke(sqlite_url, "db", "current")).stdout.strip() == f"{HEAD} (head)"
+    line = one_line_error(invoke(sqlite_url, "forget", "Ada", "--session", "s"))
+    assert "db upgrade`" in line
+    assert succeeded(invoke(sqlite_url, "db", "current")).stdout.strip() == (
+        f"{first} (head is {HEAD})"
+    )
+    succeeded(invoke(sqlite_url, "db", "upgrade"))
     assert json_of(invoke(sqlite_url, "sessions", "--json")) == []
 
 

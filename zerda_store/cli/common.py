@@ -62,9 +62,10 @@ class Context:
     """What every command shares: the URL and options, and a store opened on first use.
 
     Reading commands open the store read-only and never create or migrate a database;
-    commands that change an existing memory need a zerda_store database there (a SQLite
-    one behind head upgrades itself, as the Python API's does); only the commands that
-    bring data in (``db upgrade``, ``import``, ``copy``'s destination, ``demo``) create one.
+    commands that change an existing memory need a zerda_store database at head there (a
+    missing SQLite file is an error, a schema behind head is refused); only the commands
+    that bring data in (``db upgrade``, ``import``, ``copy``'s destination, ``demo``)
+    create or upgrade one.
     """
 
     def __init__(
@@ -121,12 +122,14 @@ class Context:
         return store
 
     def changing_store(self) -> Store:
-        """A store on an existing zerda_store database, for changing what it holds."""
+        """A store on an existing zerda_store database at head, for changing what it
+        holds: never created, never upgraded (a schema behind head is refused, naming
+        `db upgrade`, which reports what its upgrade changes)."""
         from ..db import migrate
 
         store = self.open(reading=False)
         store.require_file()
-        migrate.ensure_schema(store, auto_migrate=None, create=False)
+        migrate.ensure_schema(store, auto_migrate=False, create=False)
         return store
 
     def reader(self) -> AdminRepository:
@@ -153,13 +156,11 @@ class Context:
         return memory
 
     def repository(self) -> AdminRepository:
-        """The operators' queries on a database that may be created or migrated first (as
-        the Python API does: by default on SQLite only)."""
+        """The operators' queries on an existing zerda_store database at head (as
+        :meth:`changing_store`: a missing SQLite file is an error, not a new database)."""
         from ..admin import AdminRepository
-        from ..db import migrate
 
-        migrate.ensure_schema(self.store, auto_migrate=None)
-        return AdminRepository(self.store)
+        return AdminRepository(self.changing_store())
 
     def importing_repository(self) -> AdminRepository:
         """The operators' queries for bringing data in: an empty database of either

@@ -41,6 +41,7 @@ def db_downgrade(obj: Context, revision: str, yes: bool, as_json: bool) -> None:
     from ..db import migrate
 
     store = obj.store
+    store.require_file()
     store.check_writable()
     steps = migrate.downgrade_steps(store, revision)
     dropped = what_is_dropped(steps, revision)
