@@ -29,6 +29,7 @@ from .db.validation import checked_session_id
 from .errors import SessionNotEmptyError
 from .model.names import KeyRules
 from .model.records import PendingTurn
+from .retention.carrying import carried_policy, carry_default, record_carried
 from .retention.policies import Policies
 from .retention.policy import describe, make_rule, type_scope
 from .retention.pruning import Pruner
@@ -43,6 +44,9 @@ from .turns.repository import Repository
 class CopyReport:
     copied: int
     skipped: int
+    # Retention rules carried: the default's (to a destination without one) and sessions'.
+    default_rules: int = 0
+    session_rules: int = 0
 
 
 class AdminRepository:
@@ -137,6 +141,16 @@ class AdminRepository:
             shown["effective"] = describe(policies.effective(session_id), session_id)
         return shown
 
+    def carried_policy(self, session_id: str) -> dict[str, Any]:
+        """The retention rules an export of ``session_id`` carries: the session's own and
+        the default's (:mod:`retention.carrying`)."""
+        return carried_policy(self.store, checked_session_id(session_id))
+
+    def record_carried(self, session_id: str, carried: dict[str, Any]) -> dict[str, Any]:
+        """Give an imported session the policy it had at its source (see
+        :func:`retention.carrying.record_carried`); what was done."""
+        return record_carried(self.store, checked_session_id(session_id), carried)
+
     def clear_retention(self, session_id: str | None, *, entity_type: str | None = None) -> int:
         """Delete a session's (or the default's) rules, or one entity type's; how many."""
         kind = None if entity_type is None else type_scope(entity_type)
@@ -198,7 +212,8 @@ class AdminRepository:
             else self.session_ids(include_expired=include_expired)
         )
         destination = AdminRepository(target)
-        copied = skipped = written = 0
+        copied = skipped = written = session_rules = 0
+        default_rules = carry_default(self.store, target)
         for session_id in ids:
             try:
                 counts = destination.import_session(
@@ -212,8 +227,10 @@ class AdminRepository:
                 continue
             copied += 1
             written += sum(counts.values())
+            carried = destination.record_carried(session_id, self.carried_policy(session_id))
+            session_rules += carried["retention_rules"]
         analyze_after(target, written)
-        return CopyReport(copied, skipped)
+        return CopyReport(copied, skipped, default_rules, session_rules)
 
 
 def _scope(session_id: str | None) -> str:

@@ -169,7 +169,7 @@ def test_copy_copies_what_the_reads_show(kept_two, aged, tmp_path):
     target = f"sqlite:///{tmp_path / 'copy.db'}"
     report = json_of(invoke(kept_two, "copy", "--to", target, "--json"))
 
-    assert report == {"copied": 2, "skipped": 0}
+    assert report == {"copied": 2, "skipped": 0, "default_rules": 0, "session_rules": 2}
     assert _target_counts(target, "k") == {"turn": 5, "entity": 2, "context": 4}
     assert _target_counts(target, "a") == {"turn": 2, "entity": 1, "context": 2}
 

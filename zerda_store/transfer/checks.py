@@ -120,6 +120,8 @@ class CheckedFile:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     # The rules the file's keys agree with so far (all of them, to begin with).
     key_rules: tuple[KeyRules, ...] = CURRENT_RULES
+    # The retention policy the header carries (retention.carrying), {} for none.
+    retention: dict[str, Any] = field(default_factory=dict)
     _turn_ids: set[int] = field(default_factory=set)
     _last_turn_id: int = 0
     _entity_ids: set[int] = field(default_factory=set)

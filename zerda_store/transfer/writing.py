@@ -113,8 +113,9 @@ class SessionWriter:
         """A merge whose first turn the session holds (saved at the same time, with the
         same texts) is refused: the file, or another export of the same turns, was merged
         before, and a second merge would hold every turn twice."""
-        assert self._same_turn is not None
-        self._same_turn, statement = None, self._same_turn
+        statement = self._same_turn
+        assert statement is not None
+        self._same_turn = None
         values = {
             "session_id": self._session_id,
             "created_at": first["created_at"],
