@@ -56,10 +56,11 @@ class AdminRepository:
         self.store = store
         self._importer = Importer(store)
 
-    def sessions(self) -> list[SessionSummary]:
+    def sessions(self, *, include_expired: bool = False) -> list[SessionSummary]:
         """Every session that holds turns or entities that show (under a retention policy,
-        a session of which everything expired is not listed), by session id."""
-        return Listings(self.store).sessions()
+        a session of which everything expired is not listed), by session id;
+        ``include_expired``: every session that holds rows, with the counts stored."""
+        return Listings(self.store).sessions(include_expired=include_expired)
 
     def session_ids(self, *, include_expired: bool = False) -> list[str]:
         """The ids of :meth:`sessions` (``include_expired``: of every session that holds

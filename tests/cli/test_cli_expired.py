@@ -261,3 +261,22 @@ def test_an_import_keeps_the_sources_default_as_the_sessions_own_policy(kept_two
     assert _rule(target, "--session", "k")["keep_last"] == 2
     entities = json_of(invoke(target, "entities", "--session", "k", "--json"))
     assert [e["contexts_count"] for e in entities] == [2, 2]
+
+
+# -- the fourth hardening round: erasure reaches what expired but is not pruned ---------------
+
+
+def test_forget_with_turns_erases_an_expired_session_as_the_api_does(idle, tmp_path):
+    listed = json_of(invoke(idle, "sessions", "--include-expired", "--json"))
+    assert [s["session_id"] for s in listed] == ["f", "i"]
+    assert [s["session_id"] for s in json_of(invoke(idle, "sessions", "--json"))] == ["f"]
+
+    receipt = json_of(
+        invoke(idle, "forget", "Sarah Chen", "--session", "i", "--with-turns", "--json")
+    )
+
+    assert (receipt["entities"], receipt["contexts"], receipt["turns_deleted"]) == (1, 1, 1)
+    listed = json_of(invoke(idle, "sessions", "--include-expired", "--json"))
+    assert [s["session_id"] for s in listed] == ["f"]  # nothing of "i" is left
+    line = one_line_error(invoke(idle, "forget", "Sarah Chen", "--session", "i"))
+    assert "no entity 'Sarah Chen'" in line

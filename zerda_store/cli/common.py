@@ -155,6 +155,15 @@ class Context:
             raise LookupError(f"no entity {name!r} in session {session_id!r}")
         return memory
 
+    def session_memory(self, session_id: str) -> ConversationEntityMemory:
+        """The session's memory on a writable store, in the session's own key mode, for
+        changing it: expired rows not yet pruned are within reach (an erasure finds them)."""
+        from ..memory.conversation import ConversationEntityMemory
+
+        store = self.changing_store()
+        store.check_writable()
+        return ConversationEntityMemory.for_session(store, session_id)
+
     def repository(self) -> AdminRepository:
         """The operators' queries on an existing zerda_store database at head (as
         :meth:`changing_store`: a missing SQLite file is an error, not a new database)."""

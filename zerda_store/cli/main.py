@@ -135,10 +135,17 @@ def db_upgrade(
 
 
 @main.command()
+@click.option(
+    "--include-expired",
+    is_flag=True,
+    help="Also list the sessions of which a retention policy has expired everything (not "
+    "yet pruned), and count what is stored rather than what the reads show.",
+)
 @json_option
 @click.pass_obj
-def sessions(obj: Context, as_json: bool) -> None:
-    """List the sessions with their entity and turn counts."""
+def sessions(obj: Context, include_expired: bool, as_json: bool) -> None:
+    """List the sessions with their entity and turn counts (as the reads show them;
+    --include-expired: everything stored, as an erasure must reach it)."""
     rows = [
         {
             "session_id": s.session_id,
@@ -146,7 +153,7 @@ def sessions(obj: Context, as_json: bool) -> None:
             "message_count": s.message_count,
             "last_activity": s.last_activity,
         }
-        for s in obj.reader().sessions()
+        for s in obj.reader().sessions(include_expired=include_expired)
     ]
     output(
         rows,
@@ -251,6 +258,10 @@ def stats(obj: Context, session_id: str | None, as_json: bool) -> None:
 # -- changes ------------------------------------------------------------------------------
 
 
+# What a receipt of forget_entity counts as erased.
+_ERASED = ("entities", "contexts", "turns_deleted", "turns_updated")
+
+
 @main.command()
 @click.argument("name")
 @session_option
@@ -259,8 +270,10 @@ def stats(obj: Context, session_id: str | None, as_json: bool) -> None:
 @click.pass_obj
 def forget(obj: Context, name: str, session_id: str, with_turns: bool, as_json: bool) -> None:
     """Erase an entity and its snippets in one transaction, and print what was deleted."""
-    memory = obj.memory_knowing(session_id, name, reading=False)
+    memory = obj.session_memory(session_id)
     receipt = memory.forget_entity(name, with_turns=with_turns)
+    if not any(receipt[count] for count in _ERASED):
+        raise LookupError(f"no entity {name!r} in session {session_id!r}")
     if as_json:
         click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
         return
