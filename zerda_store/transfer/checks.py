@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..db.schema import contexts, entities, extractions, max_length, turns
+from ..db.validation import MAX_TEXT_LENGTH
 from ..identity.rules import identify
 from ..model.names import (
     EXACT,
@@ -93,6 +94,9 @@ _MAX_LENGTHS = {
     "entity_type": max_length(entities.c.entity_type),
     "idempotency_key": max_length(turns.c.idempotency_key),
     "extractor": max_length(extractions.c.extractor),
+    "input_text": MAX_TEXT_LENGTH,
+    "output_text": MAX_TEXT_LENGTH,
+    "text": MAX_TEXT_LENGTH,
 }
 _STATUSES = {None, "ok", "failed", "skipped"}
 assert contexts.c.text.type.python_type is str
