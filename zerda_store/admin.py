@@ -165,6 +165,19 @@ class AdminRepository:
             return pruner.prune_all(dry_run=dry_run).as_dict()
         return pruner.prune(checked_session_id(session_id), dry_run=dry_run).as_dict()
 
+    def sessions_holding_data(self, session_ids: Iterable[str]) -> set[str]:
+        """Those of ``session_ids`` that hold turns or entities (one query a table; a
+        schema of any revision has both tables)."""
+        wanted = sorted(set(session_ids))
+        found: set[str] = set()
+        if not wanted:
+            return found
+        with self.store.query() as connection:
+            for table in (turns, entities):
+                query = sa.select(table.c.session_id).where(table.c.session_id.in_(wanted))
+                found.update(connection.execute(query.distinct()).scalars())
+        return found
+
     def session_exists(self, session_id: str) -> bool:
         return self._importer.session_exists(session_id)
 

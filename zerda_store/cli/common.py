@@ -192,6 +192,11 @@ class Context:
         suffixes = ("", "-wal", "-shm", "-journal")
         return [database.with_name(database.name + suffix) for suffix in suffixes]
 
+    def database_files_exist(self) -> bool:
+        """False for a SQLite URL whose file is not there (opening it would create it)."""
+        files = self.database_files()
+        return not files or files[0].is_file()
+
     def refuse_own_file(self, destination: str) -> None:
         """Refuse ``destination`` if it is the database this command reads, or one of its
         files: writing there would replace the database (``export -o memory.db``)."""

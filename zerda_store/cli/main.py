@@ -121,6 +121,8 @@ def db_upgrade(
     from ..db import migrate
 
     assumed = True if assume_all_normalized else set(normalized)
+    if assumed:
+        _check_assumptions(obj, normalized)
     report: list[dict[str, Any]] = []
     try:
         migrate.upgrade(obj.store, revision, assume_normalized=assumed, report=report)
@@ -129,6 +131,34 @@ def db_upgrade(
             print_rekeyed(report, as_json, interrupted=True)
         raise
     print_upgrade(report, migrate.current_revision(obj.store), as_json)
+
+
+# The revision whose upgrade decides how each session was keyed (entity identity).
+_KEYING_REVISION = "0006"
+
+
+def _check_assumptions(obj: Context, sessions: tuple[str, ...]) -> None:
+    """Refuse --assume-normalized where it would change nothing: on a database whose
+    upgrade across revision 0006 is done (or never began: no database there), or for a
+    session that holds no data (a misspelt id)."""
+    from ..admin import AdminRepository
+    from ..db import migrate
+
+    current = migrate.current_revision(obj.store) if obj.database_files_exist() else None
+    if current is None or current >= _KEYING_REVISION:
+        where = f"at revision {current}" if current else "without zerda_store's schema"
+        raise click.UsageError(
+            f"--assume-normalized applies to an upgrade from before revision "
+            f"{_KEYING_REVISION}, and the database is {where}: it would change nothing "
+            "(for sessions the previous release saved since the upgrade: `zerda-store db "
+            "rekey --assume-normalized SESSION`)"
+        )
+    missing = sorted(set(sessions) - AdminRepository(obj.store).sessions_holding_data(sessions))
+    if missing:
+        raise click.UsageError(
+            f"--assume-normalized names no session of this database: {', '.join(missing)} "
+            "(misspelt?); nothing was upgraded"
+        )
 
 
 # -- inspection ---------------------------------------------------------------------------
