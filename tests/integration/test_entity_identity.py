@@ -243,3 +243,25 @@ def test_a_titled_form_of_another_entitys_name_is_refused_as_an_alias(make_memor
     say(memory, "Dr. Sarah Chen called")
     assert memory.get_entity_info("Sarah Chen")["contexts_count"] == 2
     assert memory.get_entity_info("Robert Smith")["contexts_count"] == 1
+
+
+# -- the fourth hardening round, H17: a merge refusal names each entity once -------------------
+
+
+@pytest.mark.parametrize(
+    ("keep", "other", "message"),
+    [
+        ("Sarah", "Sarah", "'Sarah' is one entity: there is nothing to merge"),
+        ("Sarah", "SARAH", "'SARAH' names 'Sarah': they are one entity already"),
+        ("Sally", "SARAH", "'Sally' and 'SARAH' both name 'Sarah': they are one entity already"),
+    ],
+)
+def test_merging_an_entity_into_itself_names_it_once(make_memory, keep, other, message):
+    memory = make_memory(KeywordLLM(["Sarah"]), session_id="self-merge")
+    memory.save_context({"input": "Sarah called"}, {"output": "ok"})
+    memory.add_alias("Sarah", "Sally")
+
+    with pytest.raises(MergeError) as refused:
+        memory.merge_entities(keep, other)
+
+    assert str(refused.value) == message
