@@ -265,3 +265,21 @@ def test_merging_an_entity_into_itself_names_it_once(make_memory, keep, other, m
         memory.merge_entities(keep, other)
 
     assert str(refused.value) == message
+
+
+def test_unmerge_after_a_prune_took_every_snippet_of_the_merged_entity_is_refused(make_memory):
+    """The fourth hardening round, H13: before, the unmerge brought back an entity with
+    no snippet, listed with nothing to show."""
+    memory = make_memory(KeywordLLM(["Robert", "Bob"]), session_id="pruned-merge")
+    memory.save_context({"input": "Bob called"}, {"output": "ok"})
+    memory.save_context({"input": "Robert called"}, {"output": "ok"})
+    merged = memory.merge_entities("Robert", "Bob")
+    memory.set_retention(keep_last=1)
+    memory.prune()
+
+    with pytest.raises(MergeError, match="nothing of 'Bob' is left"):
+        memory.unmerge(merged["merge_id"])
+
+    assert memory.list_entities() == ["Robert"]
+    assert [a["alias"] for a in memory.aliases()] == ["Bob"]
+    assert memory.merges()[0]["undone_at"] is None
