@@ -1,0 +1,32 @@
+"""Every `--json` prints JSON only on standard output (the fourth hardening round: `db
+check --json` printed Alembic's "No new upgrade operations detected." before its JSON)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.helpers import invoke, succeeded
+
+JSON_COMMANDS = [
+    ("db", "check", "--json"),
+    ("db", "current", "--json"),
+    ("sessions", "--json"),
+    ("sessions", "--include-expired", "--json"),
+    ("entities", "--session", "acme", "--json"),
+    ("entities", "--session", "acme", "--similar", "--json"),
+    ("entity", "Sarah Chen", "--session", "acme", "--json"),
+    ("stats", "--json"),
+    ("stats", "--session", "acme", "--json"),
+    ("merges", "--session", "acme", "--json"),
+    ("alias", "list", "--session", "acme", "--json"),
+    ("retention", "show", "--default", "--json"),
+    ("prune", "--dry-run", "--json"),
+]
+
+
+@pytest.mark.parametrize("args", JSON_COMMANDS, ids=" ".join)
+def test_json_prints_json_only(shared_populated, args):
+    result = succeeded(invoke(shared_populated, *args))
+    json.loads(result.stdout)  # the whole of standard output is one JSON value
