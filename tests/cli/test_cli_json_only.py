@@ -4,10 +4,12 @@ check --json` printed Alembic's "No new upgrade operations detected." before its
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 
-from tests.cli.helpers import invoke, succeeded
+from tests.cli.helpers import console_script, invoke, succeeded
 
 JSON_COMMANDS = [
     ("db", "check", "--json"),
@@ -30,3 +32,20 @@ JSON_COMMANDS = [
 def test_json_prints_json_only(shared_populated, args):
     result = succeeded(invoke(shared_populated, *args))
     json.loads(result.stdout)  # the whole of standard output is one JSON value
+
+
+def test_db_check_json_from_the_console_script_prints_json_only(shared_populated):
+    """In a process of its own: Alembic writes to the process's own standard output,
+    which an in-process runner does not capture."""
+    done = subprocess.run(
+        [console_script(), "--database-url", shared_populated, "db", "check", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "ZERDA_STORE_DATABASE_URL"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "revision": json.loads(done.stdout)["revision"],
+        "matches": True,
+    }

@@ -11,6 +11,7 @@ downgrade refuse it, and :func:`ensure_schema` only says what to run.
 
 from __future__ import annotations
 
+import io
 import sqlite3
 import time
 from collections.abc import Collection, Iterator
@@ -317,7 +318,9 @@ def check(store: Store) -> None:
     from alembic import command
 
     with alembic_connection(store, locked=False) as connection:
-        command.check(alembic_config(connection))
+        # Alembic prints its verdict on standard output; the caller says its own (`db
+        # check --json` prints JSON only).
+        command.check(alembic_config(connection, stdout=io.StringIO()))
 
 
 def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = True) -> None:
