@@ -132,7 +132,7 @@ def test_a_postgres_database_behind_head_is_refused_with_the_command_to_run(post
         ["entities", "--session", "acme"],
         ["entity", "Sarah", "--session", "acme"],
         ["stats"],
-        ["forget", "Sarah", "--session", "acme"],
+        ["forget", "--yes", "Sarah", "--session", "acme"],
         ["export", "--session", "acme", "-o", "-"],
     ):
         line = one_line_error(invoke(postgres_url, *command))
@@ -158,7 +158,7 @@ def test_a_sqlite_file_behind_head_is_upgraded_by_db_upgrade_only(sqlite_url):
         f"{first} (head is {HEAD})"
     )
 
-    line = one_line_error(invoke(sqlite_url, "forget", "Ada", "--session", "s"))
+    line = one_line_error(invoke(sqlite_url, "forget", "--yes", "Ada", "--session", "s"))
     assert "db upgrade`" in line
     assert succeeded(invoke(sqlite_url, "db", "current")).stdout.strip() == (
         f"{first} (head is {HEAD})"

@@ -113,9 +113,7 @@ def test_assume_normalized_for_a_misspelt_session_is_refused_and_nothing_upgrade
 ):
     _released(empty_database_url)
 
-    line = _usage_error(
-        invoke(empty_database_url, "db", "upgrade", "--assume-normalized", "exatc")
-    )
+    line = _usage_error(invoke(empty_database_url, "db", "upgrade", "--assume-normalized", "exatc"))
 
     assert "names no session of this database: exatc" in line
     with Store(empty_database_url) as store:

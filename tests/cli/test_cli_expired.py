@@ -249,7 +249,7 @@ def test_export_and_import_carry_the_sessions_policy(aged, tmp_path):
 
 
 def test_an_import_keeps_the_sources_default_as_the_sessions_own_policy(kept_two, tmp_path):
-    succeeded(invoke(kept_two, "retention", "clear", "--session", "k"))
+    succeeded(invoke(kept_two, "retention", "clear", "--yes", "--session", "k"))
     succeeded(invoke(kept_two, "retention", "set", "--default", "--keep-last", "2"))
     path = tmp_path / "k.jsonl"
     succeeded(invoke(kept_two, "export", "--session", "k", "--include-expired", "-o", str(path)))
@@ -272,11 +272,11 @@ def test_forget_with_turns_erases_an_expired_session_as_the_api_does(idle, tmp_p
     assert [s["session_id"] for s in json_of(invoke(idle, "sessions", "--json"))] == ["f"]
 
     receipt = json_of(
-        invoke(idle, "forget", "Sarah Chen", "--session", "i", "--with-turns", "--json")
+        invoke(idle, "forget", "--yes", "Sarah Chen", "--session", "i", "--with-turns", "--json")
     )
 
     assert (receipt["entities"], receipt["contexts"], receipt["turns_deleted"]) == (1, 1, 1)
     listed = json_of(invoke(idle, "sessions", "--include-expired", "--json"))
     assert [s["session_id"] for s in listed] == ["f"]  # nothing of "i" is left
-    line = one_line_error(invoke(idle, "forget", "Sarah Chen", "--session", "i"))
+    line = one_line_error(invoke(idle, "forget", "--yes", "Sarah Chen", "--session", "i"))
     assert "no entity 'Sarah Chen'" in line

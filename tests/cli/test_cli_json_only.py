@@ -25,6 +25,9 @@ JSON_COMMANDS = [
     ("alias", "list", "--session", "acme", "--json"),
     ("retention", "show", "--default", "--json"),
     ("prune", "--dry-run", "--json"),
+    ("forget", "Berlin", "--session", "acme", "--dry-run", "--json"),
+    ("retention", "clear", "--default", "--dry-run", "--json"),
+    ("db", "downgrade", "0009", "--dry-run", "--json"),
 ]
 
 

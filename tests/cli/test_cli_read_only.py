@@ -144,7 +144,7 @@ def test_read_only_refuses_commands_that_write_and_changes_nothing(populated, tm
     succeeded(invoke(url, "export", "--session", "acme", "-o", str(export)))
 
     for command in (
-        ["forget", "Sarah Chen", "--session", "acme"],
+        ["forget", "--yes", "Sarah Chen", "--session", "acme"],
         ["import", str(export), "--session", "acme-again"],
         ["reextract", "--failed"],
         ["db", "downgrade", "base"],

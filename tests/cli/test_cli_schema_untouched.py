@@ -17,10 +17,13 @@ CHANGING_COMMANDS = [
     ("db", "rekey"),
     ("retention", "show", "--default"),
     ("retention", "set", "--default", "--keep-last", "3"),
-    ("retention", "clear", "--default"),
+    ("retention", "clear", "--yes", "--default"),
     ("prune", "--dry-run"),
-    ("prune",),
-    ("forget", "Sarah", "--session", "s"),
+    (
+        "prune",
+        "--yes",
+    ),
+    ("forget", "--yes", "Sarah", "--session", "s"),
     ("alias", "add", "Sarah", "Sal", "--session", "s"),
 ]
 

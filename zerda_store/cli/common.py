@@ -297,6 +297,35 @@ def output(
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+yes_option = click.option(
+    "--yes", is_flag=True, help="Go ahead without asking (needed when not on a terminal)."
+)
+dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Say what would be deleted; delete nothing."
+)
+
+
+def on_terminal() -> bool:
+    """Whether an operator can be asked: standard input and output are a terminal."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def go_ahead(what: str, yes: bool) -> None:
+    """The confirmation of every destructive command (as ``db downgrade`` asks): with
+    ``--yes``, go ahead; on a terminal, say ``what`` it will do and ask; elsewhere refuse,
+    changing nothing."""
+    if yes:
+        return
+    if not on_terminal():
+        raise click.ClickException(
+            f"{what}; pass --yes to do it (there is no terminal to ask on), or --dry-run "
+            "to see it; nothing was changed"
+        )
+    print_text(f"{what}.")
+    if not click.confirm("Go ahead?", default=False):
+        raise click.ClickException("nothing was changed")
+
+
 session_option = click.option("--session", "session_id", required=True, help="The session id.")
 
 

@@ -16,7 +16,9 @@ from .common import (
     MAX_COUNT,
     Context,
     Group,
+    dry_run_option,
     escaped,
+    go_ahead,
     json_option,
     output,
     plural,
@@ -24,6 +26,7 @@ from .common import (
     require_session,
     session_option,
     when,
+    yes_option,
 )
 from .db import contract, distribute, grant, print_rekeyed, print_upgrade, rekey
 from .extraction import models, reextract
@@ -296,21 +299,42 @@ _ERASED = ("entities", "contexts", "turns_deleted", "turns_updated")
 @click.argument("name")
 @session_option
 @click.option("--with-turns", is_flag=True, help="Also delete the turns that mention it.")
+@dry_run_option
+@yes_option
 @json_option
 @click.pass_obj
-def forget(obj: Context, name: str, session_id: str, with_turns: bool, as_json: bool) -> None:
-    """Erase an entity and its snippets in one transaction, and print what was deleted."""
+def forget(
+    obj: Context,
+    name: str,
+    session_id: str,
+    with_turns: bool,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Erase an entity and its snippets (and, --with-turns, the turns that mention it),
+    and print what was deleted. On a terminal it first says what it will delete and asks;
+    elsewhere it needs --yes; --dry-run only says."""
     memory = obj.session_memory(session_id)
-    receipt = memory.forget_entity(name, with_turns=with_turns)
-    if not any(receipt[count] for count in _ERASED):
+    planned = memory.forget_entity(name, with_turns=with_turns, dry_run=True)
+    if not any(planned[count] for count in _ERASED):
         raise LookupError(f"no entity {name!r} in session {session_id!r}")
+    if not dry_run:
+        go_ahead(f"forget {name!r} in session {session_id!r}: {_erased(planned)}", yes)
+    receipt = planned if dry_run else memory.forget_entity(name, with_turns=with_turns)
     if as_json:
-        click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
+        click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))  # as the API gives it
         return
-    print_text(
-        f"forgot {receipt['entity']!r}: {plural(receipt['entities'], 'entity')}, "
-        f"{plural(receipt['contexts'], 'snippet')}, {plural(receipt['turns_deleted'], 'turn')} "
-        f"deleted, {plural(receipt['turns_updated'], 'turn')} updated"
+    verb = "would forget" if dry_run else "forgot"
+    print_text(f"{verb} {receipt['entity']!r}: {_erased(receipt)}")
+
+
+def _erased(receipt: dict[str, Any]) -> str:
+    """What a forget receipt counts, in words."""
+    return (
+        f"{plural(receipt['entities'], 'entity')}, {plural(receipt['contexts'], 'snippet')}, "
+        f"{plural(receipt['turns_deleted'], 'turn')} deleted, "
+        f"{plural(receipt['turns_updated'], 'turn')} updated"
     )
 
 

@@ -5,17 +5,11 @@ on a terminal and needs ``--yes`` anywhere else."""
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 from ..errors import SchemaNotCurrentError
-from .common import Context, json_option, print_text
-
-
-def on_terminal() -> bool:
-    """Whether an operator can be asked: standard input and output are a terminal."""
-    return sys.stdin.isatty() and sys.stdout.isatty()
+from .common import Context, dry_run_option, json_option, on_terminal, print_text, yes_option
 
 
 def what_is_dropped(steps: list[tuple[str, str]], revision: str) -> str:
@@ -28,16 +22,14 @@ def what_is_dropped(steps: list[tuple[str, str]], revision: str) -> str:
 
 @click.command("downgrade")
 @click.argument("revision")
-@click.option(
-    "--yes",
-    is_flag=True,
-    help="Go ahead without asking (needed when not on a terminal).",
-)
+@dry_run_option
+@yes_option
 @json_option
 @click.pass_obj
-def db_downgrade(obj: Context, revision: str, yes: bool, as_json: bool) -> None:
+def db_downgrade(obj: Context, revision: str, dry_run: bool, yes: bool, as_json: bool) -> None:
     """Downgrade the schema to REVISION ("base" removes every table and its data). On a
-    terminal it first says what will be dropped and asks; elsewhere it needs --yes."""
+    terminal it first says what will be dropped and asks; elsewhere it needs --yes;
+    --dry-run only says."""
     from ..db import migrate
 
     store = obj.store
@@ -45,6 +37,13 @@ def db_downgrade(obj: Context, revision: str, yes: bool, as_json: bool) -> None:
     store.check_writable()
     steps = migrate.downgrade_steps(store, revision)
     dropped = what_is_dropped(steps, revision)
+    if dry_run:
+        if as_json:
+            undone = [rev for rev, _ in steps]
+            click.echo(json.dumps({"dry_run": True, "revision": revision, "undone": undone}))
+        else:
+            print_text(f"db downgrade {revision} {dropped}" if steps else "nothing to undo")
+        return
     if steps and not yes:
         if not on_terminal():
             raise click.ClickException(

@@ -178,12 +178,19 @@ class Erasure:
         return work, SessionLock(session_id, exclusive=True)
 
     def forget_entity(
-        self, session_id: str, key: str, *, with_turns: bool, normalize: bool
+        self, session_id: str, key: str, *, with_turns: bool, normalize: bool, dry_run: bool = False
     ) -> ForgetReceipt | None:
         """Erase one entity and its snippets, and its name from the turns that mention it
         (or, ``with_turns``, those turns and all their snippets, and the other entities of
         those turns that are left with no snippet); in one transaction, or in batches and
-        then one transaction when it reaches more than ``ERASURE_BATCH`` turns."""
+        then one transaction when it reaches more than ``ERASURE_BATCH`` turns.
+        ``dry_run``: the receipt of the erasure, done in one transaction rolled back."""
+        if dry_run:
+            work = self._forget_work(session_id, key, with_turns, normalize, _Done())
+            try:
+                self.store.write(_rolled_back(work), SessionLock(session_id, exclusive=True))
+            except _RolledBack as undone:
+                return undone.receipt
         steps = self._forget_steps(session_id, key, with_turns, normalize)
         done: Any = None
         pause = 0.0
@@ -511,6 +518,24 @@ ERASURE_BATCH = 500
 BATCH_PAUSE = 0.2
 
 _Step = tuple[Callable[[Transaction], Any], SessionLock | None]
+
+
+class _RolledBack(Exception):
+    """Raised at the end of a dry run's unit of work, carrying its receipt: the
+    transaction rolls back."""
+
+    def __init__(self, receipt: ForgetReceipt | None) -> None:
+        super().__init__("dry run")
+        self.receipt = receipt
+
+
+def _rolled_back(
+    work: Callable[[Transaction], ForgetReceipt | None],
+) -> Callable[[Transaction], ForgetReceipt | None]:
+    def run(transaction: Transaction) -> ForgetReceipt | None:
+        raise _RolledBack(work(transaction))
+
+    return run
 
 
 @dataclass
