@@ -156,3 +156,12 @@ def test_numbers_and_types_outside_the_rules_are_one_line_and_change_nothing(pop
     assert "entity_type" in one_line_error(
         invoke(populated, "retention", "set", "--session", "acme", *args)
     )
+
+
+def test_retention_set_with_no_field_is_a_usage_error(populated):
+    """The fourth hardening round: exit codes by one rule (0 ok, 1 failure, 2 usage);
+    `retention set` with no field exited 1."""
+    result = invoke(populated, "retention", "set", "--session", "acme")
+
+    assert result.exit_code == 2
+    assert "give --keep-last, --max-age or --session-idle" in result.stderr

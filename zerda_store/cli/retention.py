@@ -107,6 +107,8 @@ def retention_set(
     """Set the rule of a session or of the default: the fields given change, the others
     keep their stored values (unless --replace)."""
     scope = _scope(session_id, default)
+    if keep_last is None and max_age is None and session_idle is None:
+        raise click.UsageError("give --keep-last, --max-age or --session-idle (or several)")
     stored = obj.repository().set_retention(
         scope, keep_last, max_age, session_idle, entity_type=entity_type, merge=not replace
     )
