@@ -58,8 +58,10 @@ def test_head_is_the_library_head():
 
 def test_db_commands_on_an_empty_database(empty_database_url):
     url = empty_database_url
-    nothing_there = "no database file" if url.startswith("sqlite") else "is empty"
-    assert nothing_there in one_line_error(invoke(url, "db", "current"))
+    if url.startswith("sqlite"):
+        assert "no database file" in one_line_error(invoke(url, "db", "current"))
+    else:
+        assert "an empty database" in succeeded(invoke(url, "db", "current")).stdout
 
     upgraded = succeeded(invoke(url, "db", "upgrade"))
     assert upgraded.stdout.strip().splitlines()[-1] == f"database at revision {HEAD}"
@@ -74,7 +76,7 @@ def test_db_commands_on_an_empty_database(empty_database_url):
     downgraded = succeeded(invoke(url, "db", "downgrade", "base", "--yes"))
     assert downgraded.stdout.strip().splitlines()[-1] == "database at revision base"
     # only an empty alembic_version is left: nothing of zerda_store's
-    assert "is empty" in one_line_error(invoke(url, "db", "current"))
+    assert "no revision: an empty database" in succeeded(invoke(url, "db", "current")).stdout
     tables, views, versions = schema_objects(url)
     assert not tables & TABLES
     assert not views & VIEWS
@@ -284,3 +286,16 @@ def test_concurrent_upgrades_apply_each_revision_once(postgres_admin, tmp_path: 
                 job.kill()
                 job.wait()
         drop()
+
+
+def test_db_current_on_an_empty_database_exits_0_saying_so(empty_database_url):
+    """The fourth hardening round: as `alembic current` does, an empty database is at no
+    revision, which is no failure (a missing SQLite file still is: nothing is created)."""
+    if empty_database_url.startswith("sqlite"):
+        Path(empty_database_url.removeprefix("sqlite:///")).touch()
+
+    text = succeeded(invoke(empty_database_url, "db", "current")).stdout
+    shown = json_of(invoke(empty_database_url, "db", "current", "--json"))
+
+    assert text.startswith("no revision: an empty database")
+    assert (shown["revision"], shown["is_head"]) == (None, False)

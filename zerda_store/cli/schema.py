@@ -68,9 +68,20 @@ def db_downgrade(obj: Context, revision: str, dry_run: bool, yes: bool, as_json:
 def db_current(obj: Context, as_json: bool) -> None:
     """Show the schema revision of the database and whether it is the newest."""
     from ..db import migrate
+    from ..db.survey import survey
 
-    current = migrate.require_store_database(obj.open(reading=True))
+    store = obj.open(reading=True)
     head = migrate.head_revision()
+    found = survey(store)
+    if found.revision is None and set(found.tables) <= {"alembic_version"} and not found.elsewhere:
+        # An empty database (or one downgraded to base) is at no revision, as `alembic
+        # current` says (exit 0).
+        if as_json:
+            click.echo(json.dumps({"revision": None, "head": head, "is_head": False}))
+        else:
+            click.echo(f"no revision: an empty database (head is {head}; `db upgrade` makes it)")
+        return
+    current = migrate.require_store_database(store)
     if as_json:
         click.echo(json.dumps({"revision": current, "head": head, "is_head": current == head}))
         return
