@@ -29,6 +29,7 @@ from .db.validation import checked_session_id
 from .errors import SessionNotEmptyError
 from .model.names import KeyRules
 from .model.records import PendingTurn
+from .retention.carrying import carried_policy, carry_default, record_carried
 from .retention.policies import Policies
 from .retention.policy import describe, make_rule, type_scope
 from .retention.pruning import Pruner
@@ -44,6 +45,9 @@ from .turns.repository import Repository
 class CopyReport:
     copied: int
     skipped: int
+    # Retention rules carried: the default's (to a destination without one) and sessions'.
+    default_rules: int = 0
+    session_rules: int = 0
 
 
 class AdminRepository:
@@ -53,10 +57,11 @@ class AdminRepository:
         self.store = store
         self._importer = Importer(store)
 
-    def sessions(self) -> list[SessionSummary]:
+    def sessions(self, *, include_expired: bool = False) -> list[SessionSummary]:
         """Every session that holds turns or entities that show (under a retention policy,
-        a session of which everything expired is not listed), by session id."""
-        return Listings(self.store).sessions()
+        a session of which everything expired is not listed), by session id;
+        ``include_expired``: every session that holds rows, with the counts stored."""
+        return Listings(self.store).sessions(include_expired=include_expired)
 
     def session_ids(self, *, include_expired: bool = False) -> list[str]:
         """The ids of :meth:`sessions` (``include_expired``: of every session that holds
@@ -139,6 +144,16 @@ class AdminRepository:
             shown["effective"] = describe(policies.effective(session_id), session_id)
         return shown
 
+    def carried_policy(self, session_id: str) -> dict[str, Any]:
+        """The retention rules an export of ``session_id`` carries: the session's own and
+        the default's (:mod:`retention.carrying`)."""
+        return carried_policy(self.store, checked_session_id(session_id))
+
+    def record_carried(self, session_id: str, carried: dict[str, Any]) -> dict[str, Any]:
+        """Give an imported session the policy it had at its source (see
+        :func:`retention.carrying.record_carried`); what was done."""
+        return record_carried(self.store, checked_session_id(session_id), carried)
+
     def clear_retention(self, session_id: str | None, *, entity_type: str | None = None) -> int:
         """Delete a session's (or the default's) rules, or one entity type's; how many."""
         kind = None if entity_type is None else type_scope(entity_type)
@@ -151,6 +166,19 @@ class AdminRepository:
         if session_id is None:
             return pruner.prune_all(dry_run=dry_run).as_dict()
         return pruner.prune(checked_session_id(session_id), dry_run=dry_run).as_dict()
+
+    def sessions_holding_data(self, session_ids: Iterable[str]) -> set[str]:
+        """Those of ``session_ids`` that hold turns or entities (one query a table; a
+        schema of any revision has both tables)."""
+        wanted = sorted(set(session_ids))
+        found: set[str] = set()
+        if not wanted:
+            return found
+        with self.store.query() as connection:
+            for table in (turns, entities):
+                query = sa.select(table.c.session_id).where(table.c.session_id.in_(wanted))
+                found.update(connection.execute(query.distinct()).scalars())
+        return found
 
     def session_exists(self, session_id: str) -> bool:
         return self._importer.session_exists(session_id)
@@ -202,7 +230,8 @@ class AdminRepository:
             else self.session_ids(include_expired=include_expired)
         )
         destination = AdminRepository(target)
-        copied = skipped = written = 0
+        copied = skipped = written = session_rules = 0
+        default_rules = carry_default(self.store, target)
         for session_id in ids:
             try:
                 counts = destination.import_session(
@@ -216,8 +245,10 @@ class AdminRepository:
                 continue
             copied += 1
             written += sum(counts.values())
+            carried = destination.record_carried(session_id, self.carried_policy(session_id))
+            session_rules += carried["retention_rules"]
         analyze_after(target, written)
-        return CopyReport(copied, skipped)
+        return CopyReport(copied, skipped, default_rules, session_rules)
 
 
 def _scope(session_id: str | None) -> str:

@@ -20,7 +20,13 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .model.names import MAX_NAME_LENGTH, MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
+from .model.names import (
+    MAX_NAME_LENGTH,
+    MAX_TYPE_LENGTH,
+    UNKNOWN_TYPE,
+    is_acceptable_name,
+    without_ignorables,
+)
 from .model.templates import filler
 from .telemetry import extraction as observed_extraction
 from .telemetry.operations import current as observed_operation
@@ -113,9 +119,11 @@ def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
     or fewer."""
     if not isinstance(response, str):
         raise TypeError(f"llm.{method} returned {type(response).__name__}, expected str")
-    fragments = map(str.strip, response.replace("،", ",").split(","))
+    parts = response.replace("،", ",").split(",")
     if len(response) > 4 * MAX_NAME_LENGTH:  # past what 100 tokens make: checked, not cached
+        fragments = map(without_ignorables, parts)
         return [ExtractedEntity(part) for part in fragments if len(part) > 2]
+    fragments = map(_cleaned, parts)
     return _Parsed([_parsed_entity(part) for part in fragments if len(part) > 2])
 
 
@@ -126,6 +134,8 @@ class _Parsed(list):  # type: ignore[type-arg]
 
 # An entity is immutable, and a CRM's assistant meets the same names again and again.
 _parsed_entity = functools.lru_cache(maxsize=16384)(ExtractedEntity)
+# A fragment of an answer, or an extracted name, without what changes no letter.
+_cleaned = functools.lru_cache(maxsize=16384)(without_ignorables)
 
 
 async def extract_async(extractor: Extractor, text: str, executor: Executor | None) -> Any:
@@ -255,6 +265,8 @@ def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[Ex
                 item = ExtractedEntity(name, entity_type or UNKNOWN_TYPE)
         if not isinstance(item.name, str) or not isinstance(item.entity_type, str):
             raise TypeError(f"an extractor returned {item!r}: names and types must be str")
+        if len(item.name) <= MAX_NAME_LENGTH and (cleaned := _cleaned(item.name)) != item.name:
+            item = ExtractedEntity(cleaned, item.entity_type)
         if item.entity_type != UNKNOWN_TYPE:
             entity_type = item.entity_type[:MAX_TYPE_LENGTH]
             if not is_acceptable_name(entity_type):

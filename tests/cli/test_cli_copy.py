@@ -146,5 +146,5 @@ def test_copy_prints_a_json_receipt(sqlite_source, tmp_path):
     first = json_of(copy(sqlite_source, target, "--json"))
     again = json_of(copy(sqlite_source, target, "--json"))
 
-    assert first == {"copied": 3, "skipped": 0}
-    assert again == {"copied": 0, "skipped": 3}
+    assert first == {"copied": 3, "skipped": 0, "default_rules": 0, "session_rules": 0}
+    assert again == {"copied": 0, "skipped": 3, "default_rules": 0, "session_rules": 0}

@@ -91,7 +91,7 @@ def test_a_copy_writes_a_batch_of_rows_a_statement(sqlite_url, target, monkeypat
     before = statements
     report = json_of(invoke(source, "copy", "--to", target, "--json"))
 
-    assert report == {"copied": 1, "skipped": 0}
+    assert report == {"copied": 1, "skipped": 0, "default_rules": 0, "session_rules": 0}
     # Turns, their ledger rows and snippets: a statement per batch of each, plus the
     # entity and a handful of checks and locks (reads of the source included).
     per_statement = IMPORT_BATCH if target.startswith("postgresql") else ROWS_PER_STATEMENT

@@ -58,8 +58,10 @@ def test_head_is_the_library_head():
 
 def test_db_commands_on_an_empty_database(empty_database_url):
     url = empty_database_url
-    nothing_there = "no database file" if url.startswith("sqlite") else "is empty"
-    assert nothing_there in one_line_error(invoke(url, "db", "current"))
+    if url.startswith("sqlite"):
+        assert "no database file" in one_line_error(invoke(url, "db", "current"))
+    else:
+        assert "an empty database" in succeeded(invoke(url, "db", "current")).stdout
 
     upgraded = succeeded(invoke(url, "db", "upgrade"))
     assert upgraded.stdout.strip().splitlines()[-1] == f"database at revision {HEAD}"
@@ -74,7 +76,7 @@ def test_db_commands_on_an_empty_database(empty_database_url):
     downgraded = succeeded(invoke(url, "db", "downgrade", "base", "--yes"))
     assert downgraded.stdout.strip().splitlines()[-1] == "database at revision base"
     # only an empty alembic_version is left: nothing of zerda_store's
-    assert "is empty" in one_line_error(invoke(url, "db", "current"))
+    assert "no revision: an empty database" in succeeded(invoke(url, "db", "current")).stdout
     tables, views, versions = schema_objects(url)
     assert not tables & TABLES
     assert not views & VIEWS
@@ -132,7 +134,7 @@ def test_a_postgres_database_behind_head_is_refused_with_the_command_to_run(post
         ["entities", "--session", "acme"],
         ["entity", "Sarah", "--session", "acme"],
         ["stats"],
-        ["forget", "Sarah", "--session", "acme"],
+        ["forget", "--yes", "Sarah", "--session", "acme"],
         ["export", "--session", "acme", "-o", "-"],
     ):
         line = one_line_error(invoke(postgres_url, *command))
@@ -145,11 +147,10 @@ def test_a_postgres_database_behind_head_is_refused_with_the_command_to_run(post
     assert json_of(invoke(postgres_url, "sessions", "--json")) == []
 
 
-def test_a_sqlite_file_behind_head_is_read_as_is_by_no_command_and_upgrades_on_first_write(
-    sqlite_url,
-):
-    """Reading commands never migrate; as DESIGN.md says, SQLite upgrades itself on first
-    use by the Python API, and so does a command that changes the memory."""
+def test_a_sqlite_file_behind_head_is_upgraded_by_db_upgrade_only(sqlite_url):
+    """Reading commands never migrate, and neither do the commands that change the memory
+    (the fourth hardening round, H7): only `db upgrade`, which reports what its upgrade
+    changes, does (the Python API's SQLite still upgrades itself on first use)."""
     first = revisions()[0]
     succeeded(invoke(sqlite_url, "db", "upgrade", first))
     line = one_line_error(invoke(sqlite_url, "sessions", "--json"))
@@ -159,8 +160,12 @@ def test_a_sqlite_file_behind_head_is_read_as_is_by_no_command_and_upgrades_on_f
         f"{first} (head is {HEAD})"
     )
 
-    assert "no entity" in one_line_error(invoke(sqlite_url, "forget", "Ada", "--session", "s"))
-    assert succeeded(invoke(sqlite_url, "db", "current")).stdout.strip() == f"{HEAD} (head)"
+    line = one_line_error(invoke(sqlite_url, "forget", "--yes", "Ada", "--session", "s"))
+    assert "db upgrade`" in line
+    assert succeeded(invoke(sqlite_url, "db", "current")).stdout.strip() == (
+        f"{first} (head is {HEAD})"
+    )
+    succeeded(invoke(sqlite_url, "db", "upgrade"))
     assert json_of(invoke(sqlite_url, "sessions", "--json")) == []
 
 
@@ -281,3 +286,16 @@ def test_concurrent_upgrades_apply_each_revision_once(postgres_admin, tmp_path: 
                 job.kill()
                 job.wait()
         drop()
+
+
+def test_db_current_on_an_empty_database_exits_0_saying_so(empty_database_url):
+    """The fourth hardening round: as `alembic current` does, an empty database is at no
+    revision, which is no failure (a missing SQLite file still is: nothing is created)."""
+    if empty_database_url.startswith("sqlite"):
+        Path(empty_database_url.removeprefix("sqlite:///")).touch()
+
+    text = succeeded(invoke(empty_database_url, "db", "current")).stdout
+    shown = json_of(invoke(empty_database_url, "db", "current", "--json"))
+
+    assert text.startswith("no revision: an empty database")
+    assert (shown["revision"], shown["is_head"]) == (None, False)

@@ -89,3 +89,43 @@ def test_db_upgrade_rekeys_the_unsure_sessions_it_is_told_were_normalised(empty_
         "Muller",
         "müller",
     ]
+
+
+# -- the fourth hardening round, H8: --assume-normalized is never silently ignored -------------
+
+
+def _usage_error(result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_assume_normalized_at_head_is_refused(empty_database_url):
+    _released(empty_database_url)
+    succeeded(invoke(empty_database_url, "db", "upgrade"))
+
+    for flag in (["--assume-normalized", "exact"], ["--assume-all-normalized"]):
+        line = _usage_error(invoke(empty_database_url, "db", "upgrade", *flag))
+        assert "it would change nothing" in line and "db rekey" in line
+
+
+def test_assume_normalized_for_a_misspelt_session_is_refused_and_nothing_upgraded(
+    empty_database_url,
+):
+    _released(empty_database_url)
+
+    line = _usage_error(invoke(empty_database_url, "db", "upgrade", "--assume-normalized", "exatc"))
+
+    assert "names no session of this database: exatc" in line
+    with Store(empty_database_url) as store:
+        assert migrate.current_revision(store) == RELEASED_REVISION
+
+
+def test_rekey_assuming_a_recorded_session_is_refused(empty_database_url):
+    _released(empty_database_url)
+    succeeded(invoke(empty_database_url, "db", "upgrade"))
+
+    for session_id, why in (("crm", "recorded already (fold-v2)"), ("nobody", "misspelt")):
+        line = _usage_error(
+            invoke(empty_database_url, "db", "rekey", "--assume-normalized", session_id)
+        )
+        assert why in line

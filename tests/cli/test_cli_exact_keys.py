@@ -39,7 +39,7 @@ def test_cli_entity_finds_an_entity_of_a_session_written_with_exact_keys(exact_k
 
 
 def test_cli_forget_erases_an_entity_of_a_session_written_with_exact_keys(exact_keys, database_url):
-    result = cli(database_url, "forget", "Sarah", "--session", "s", "--json")
+    result = cli(database_url, "forget", "--yes", "Sarah", "--session", "s", "--json")
 
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == {
@@ -65,7 +65,7 @@ def test_cli_picks_the_exact_spelling_when_an_exact_key_session_holds_two(
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.output)["recent_contexts"] == ["Sarah second ok"]
 
-    forgotten = cli(database_url, "forget", "Sarah", "--session", "s", "--json")
+    forgotten = cli(database_url, "forget", "--yes", "Sarah", "--session", "s", "--json")
     assert forgotten.exit_code == 0, forgotten.output
     assert json.loads(forgotten.output)["entity"] == "Sarah"
     assert memory.list_entities() == ["sarah"]

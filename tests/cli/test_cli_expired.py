@@ -169,7 +169,7 @@ def test_copy_copies_what_the_reads_show(kept_two, aged, tmp_path):
     target = f"sqlite:///{tmp_path / 'copy.db'}"
     report = json_of(invoke(kept_two, "copy", "--to", target, "--json"))
 
-    assert report == {"copied": 2, "skipped": 0}
+    assert report == {"copied": 2, "skipped": 0, "default_rules": 0, "session_rules": 2}
     assert _target_counts(target, "k") == {"turn": 5, "entity": 2, "context": 4}
     assert _target_counts(target, "a") == {"turn": 2, "entity": 1, "context": 2}
 
@@ -203,3 +203,80 @@ def test_a_snippet_shown_whose_turn_expired_is_exported_without_it(
     ]
     succeeded(invoke(database_url, "import", str(path), "--session", "p"))
     assert api(make_memory, "p").list_entities() == ["Acme"]
+
+
+# -- H3 (fourth hardening round): policies travel with the data ----------------------------
+
+
+def _names(url: str, session_id: str) -> list[str]:
+    return [e["name"] for e in json_of(invoke(url, "entities", "--session", session_id, "--json"))]
+
+
+def _rule(url: str, *scope: str) -> dict:
+    shown = json_of(invoke(url, "retention", "show", *scope, "--json"))
+    return {k: shown[k] for k in ("keep_last", "max_age", "session_idle")}
+
+
+def test_copy_carries_the_default_and_the_sessions_policies(aged, tmp_path):
+    succeeded(invoke(aged, "retention", "set", "--default", "--keep-last", "5"))
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+
+    result = succeeded(invoke(aged, "copy", "--to", target, "--include-expired"))
+
+    assert "retention rules carried: 1 of the default, 1 of sessions" in result.stdout
+    assert _rule(target, "--default") == {"keep_last": 5, "max_age": None, "session_idle": None}
+    assert _rule(target, "--session", "a") == {
+        "keep_last": None,
+        "max_age": DAY,
+        "session_idle": None,
+    }
+    assert _names(target, "a") == ["New"]  # what expired at the source is hidden here too
+
+
+def test_export_and_import_carry_the_sessions_policy(aged, tmp_path):
+    path = tmp_path / "a.jsonl"
+    exported = succeeded(
+        invoke(aged, "export", "--session", "a", "--include-expired", "-o", str(path))
+    )
+    assert "1 retention rule carried" in exported.stderr
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+
+    result = succeeded(invoke(target, "import", str(path), "--session", "a"))
+
+    assert "its retention policy carried (1 rule)" in result.stdout
+    assert _rule(target, "--session", "a")["max_age"] == DAY
+    assert _names(target, "a") == ["New"]
+
+
+def test_an_import_keeps_the_sources_default_as_the_sessions_own_policy(kept_two, tmp_path):
+    succeeded(invoke(kept_two, "retention", "clear", "--yes", "--session", "k"))
+    succeeded(invoke(kept_two, "retention", "set", "--default", "--keep-last", "2"))
+    path = tmp_path / "k.jsonl"
+    succeeded(invoke(kept_two, "export", "--session", "k", "--include-expired", "-o", str(path)))
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+
+    receipt = json_of(invoke(target, "import", str(path), "--session", "k", "--json"))
+
+    assert (receipt["retention"], receipt["retention_rules"]) == ("default", 1)
+    assert _rule(target, "--session", "k")["keep_last"] == 2
+    entities = json_of(invoke(target, "entities", "--session", "k", "--json"))
+    assert [e["contexts_count"] for e in entities] == [2, 2]
+
+
+# -- the fourth hardening round: erasure reaches what expired but is not pruned ---------------
+
+
+def test_forget_with_turns_erases_an_expired_session_as_the_api_does(idle, tmp_path):
+    listed = json_of(invoke(idle, "sessions", "--include-expired", "--json"))
+    assert [s["session_id"] for s in listed] == ["f", "i"]
+    assert [s["session_id"] for s in json_of(invoke(idle, "sessions", "--json"))] == ["f"]
+
+    receipt = json_of(
+        invoke(idle, "forget", "--yes", "Sarah Chen", "--session", "i", "--with-turns", "--json")
+    )
+
+    assert (receipt["entities"], receipt["contexts"], receipt["turns_deleted"]) == (1, 1, 1)
+    listed = json_of(invoke(idle, "sessions", "--include-expired", "--json"))
+    assert [s["session_id"] for s in listed] == ["f"]  # nothing of "i" is left
+    line = one_line_error(invoke(idle, "forget", "--yes", "Sarah Chen", "--session", "i"))
+    assert "no entity 'Sarah Chen'" in line

@@ -93,7 +93,9 @@ def test_forget_erases_the_entity_and_keeps_the_turns(own_sessions):
     assert sarah is not None
     assert "entity_overview" in session_rows(populated, acme)
 
-    receipt = json_of(invoke(populated, "forget", "sarah chen", "--session", acme, "--json"))
+    receipt = json_of(
+        invoke(populated, "forget", "--yes", "sarah chen", "--session", acme, "--json")
+    )
 
     assert receipt == {
         "entity": "Sarah Chen",
@@ -128,7 +130,7 @@ def test_forget_erases_the_entity_and_keeps_the_turns(own_sessions):
     line = one_line_error(invoke(populated, "entity", "Sarah Chen", "--session", acme))
     assert "Sarah Chen" in line
     # forgetting twice: there is nothing left to forget
-    line = one_line_error(invoke(populated, "forget", "Sarah Chen", "--session", acme))
+    line = one_line_error(invoke(populated, "forget", "--yes", "Sarah Chen", "--session", acme))
     assert "no entity" in line
 
 
@@ -137,7 +139,9 @@ def test_forget_with_turns_leaves_no_mention_of_the_name(own_sessions):
     acme, globex = "acme" + suffix, "globex" + suffix
     doomed = [row.id for row in turn_rows(populated, acme)[:3]]
 
-    result = succeeded(invoke(populated, "forget", "SARAH CHEN", "--session", acme, "--with-turns"))
+    result = succeeded(
+        invoke(populated, "forget", "--yes", "SARAH CHEN", "--session", acme, "--with-turns")
+    )
 
     assert result.stdout.strip() == (
         "forgot 'Sarah Chen': 2 entities, 5 snippets, 3 turns deleted, 0 turns updated"
@@ -162,7 +166,9 @@ def test_forget_with_turns_leaves_no_mention_of_the_name(own_sessions):
 def test_forget_of_a_missing_entity_or_session_fails_in_one_line(shared_populated):
     before = json_of(invoke(shared_populated, "stats", "--json"))
     for name, session in (("Nobody", "acme"), ("Sarah Chen", "no-such-session")):
-        line = one_line_error(invoke(shared_populated, "forget", name, "--session", session))
+        line = one_line_error(
+            invoke(shared_populated, "forget", "--yes", name, "--session", session)
+        )
         assert repr(name) in line
         assert repr(session) in line
     assert json_of(invoke(shared_populated, "stats", "--json")) == before
@@ -177,7 +183,16 @@ def test_the_command_does_what_forget_entity_does(own_sessions):
         by_command_session, by_python_session = session + suffix, session + suffix + "-py"
         options = ["--with-turns"] if with_turns else []
         by_command = json_of(
-            invoke(populated, "forget", name, "--session", by_command_session, *options, "--json")
+            invoke(
+                populated,
+                "forget",
+                "--yes",
+                name,
+                "--session",
+                by_command_session,
+                *options,
+                "--json",
+            )
         )
         with url_maker(populated)(session_id=by_python_session) as memory:
             by_python = memory.forget_entity(name, with_turns=with_turns)

@@ -135,7 +135,7 @@ def test_a_lost_commit(
     form: Form, given: str, with_ada: RoleDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lose_the_next_commit(monkeypatch)
-    line = error_line(run(with_ada.url(), given, "forget", "Ada", "--session", "s"), form)
+    line = error_line(run(with_ada.url(), given, "forget", "--yes", "Ada", "--session", "s"), form)
     assert f"the connection to {masked(with_ada)} was lost during a commit" in line
 
 

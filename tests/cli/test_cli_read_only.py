@@ -95,6 +95,9 @@ def test_reading_commands_on_an_empty_database_say_it_is_empty(empty_database_ur
     if url.startswith("sqlite"):
         sqlite_path(url).touch()  # an empty file is an empty SQLite database
     for command in reading_commands(tmp_path):
+        if command[:2] == ["db", "current"]:  # no revision, as `alembic current`: exit 0
+            assert "an empty database" in succeeded(invoke(url, *command)).stdout
+            continue
         line = one_line_error(invoke(url, *command))
         assert "is not a zerda_store database (it is empty)" in line, command
         assert "zerda-store --database-url " in line and "db upgrade`" in line
@@ -144,7 +147,7 @@ def test_read_only_refuses_commands_that_write_and_changes_nothing(populated, tm
     succeeded(invoke(url, "export", "--session", "acme", "-o", str(export)))
 
     for command in (
-        ["forget", "Sarah Chen", "--session", "acme"],
+        ["forget", "--yes", "Sarah Chen", "--session", "acme"],
         ["import", str(export), "--session", "acme-again"],
         ["reextract", "--failed"],
         ["db", "downgrade", "base"],

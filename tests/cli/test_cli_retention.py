@@ -20,7 +20,7 @@ def test_a_session_policy_is_set_shown_and_cleared(populated):
     assert (shown["keep_last"], shown["effective"]["source"]) == (1, "session")
     assert (default["keep_last"], default["max_age"]) == (5, 90 * 86400.0)
     assert (
-        succeeded(invoke(populated, "retention", "clear", "--session", "acme")).stdout
+        succeeded(invoke(populated, "retention", "clear", "--yes", "--session", "acme")).stdout
         == "1 rule deleted\n"
     )
     shown = json_of(invoke(populated, "retention", "show", "--session", "acme", "--json"))
@@ -31,8 +31,8 @@ def test_prune_dry_run_reports_what_prune_then_deletes(populated):
     succeeded(invoke(populated, "retention", "set", "--session", "acme", "--keep-last", "1"))
 
     planned = json_of(invoke(populated, "prune", "--session", "acme", "--dry-run", "--json"))
-    done = json_of(invoke(populated, "prune", "--session", "acme", "--json"))
-    again = json_of(invoke(populated, "prune", "--json"))
+    done = json_of(invoke(populated, "prune", "--yes", "--session", "acme", "--json"))
+    again = json_of(invoke(populated, "prune", "--yes", "--json"))
 
     assert planned["dry_run"] and not done["dry_run"]
     assert planned["snippets"] > 0
@@ -40,7 +40,7 @@ def test_prune_dry_run_reports_what_prune_then_deletes(populated):
         k: v for k, v in done.items() if k != "dry_run"
     }
     assert again["snippets"] == 0
-    assert "deleted:" in succeeded(invoke(populated, "prune")).stdout
+    assert "deleted:" in succeeded(invoke(populated, "prune", "--yes")).stdout
 
 
 def test_retention_needs_exactly_one_scope_and_a_valid_duration(populated):
@@ -113,11 +113,13 @@ def test_retention_set_and_clear_print_a_receipt(populated):
     said = succeeded(
         invoke(populated, "retention", "set", "--session", "acme", "--keep-last", "2")
     ).stdout
-    cleared = json_of(invoke(populated, "retention", "clear", "--session", "acme", "--json"))
-    again = succeeded(invoke(populated, "retention", "clear", "--session", "acme")).stdout
+    cleared = json_of(
+        invoke(populated, "retention", "clear", "--yes", "--session", "acme", "--json")
+    )
+    again = succeeded(invoke(populated, "retention", "clear", "--yes", "--session", "acme")).stdout
 
     assert said.strip() == "retention set for acme: keep_last=2, max_age=-, session_idle=-"
-    assert cleared == {"scope": "acme", "entity_type": None, "deleted": 1}
+    assert cleared == {"scope": "acme", "entity_type": None, "dry_run": False, "deleted": 1}
     assert again.strip() == "0 rules deleted"
 
 
@@ -154,3 +156,12 @@ def test_numbers_and_types_outside_the_rules_are_one_line_and_change_nothing(pop
     assert "entity_type" in one_line_error(
         invoke(populated, "retention", "set", "--session", "acme", *args)
     )
+
+
+def test_retention_set_with_no_field_is_a_usage_error(populated):
+    """The fourth hardening round: exit codes by one rule (0 ok, 1 failure, 2 usage);
+    `retention set` with no field exited 1."""
+    result = invoke(populated, "retention", "set", "--session", "acme")
+
+    assert result.exit_code == 2
+    assert "give --keep-last, --max-age or --session-idle" in result.stderr

@@ -109,7 +109,7 @@ def test_entity_escapes_its_name_type_and_snippets(hostile):
 
 
 def test_the_forget_receipt_escapes_the_name(hostile):
-    output = terminal_output(hostile, "forget", NAME, "--session", SESSION)
+    output = terminal_output(hostile, "forget", "--yes", NAME, "--session", SESSION)
 
     assert_safe(output)
     assert output.startswith(f"forgot '{shown(NAME)}': 1 entity, 1 snippet")
@@ -126,5 +126,5 @@ def test_json_output_keeps_the_stored_text_exactly(hostile):
     assert result.stdout == json.dumps(info, ensure_ascii=False, indent=2) + "\n"
     rows = json_of(invoke(hostile, "entities", "--session", SESSION, "--json"))
     assert [(row["name"], row["type"]) for row in rows] == [(NAME, TYPE)]
-    receipt = json_of(invoke(hostile, "forget", NAME, "--session", SESSION, "--json"))
+    receipt = json_of(invoke(hostile, "forget", "--yes", NAME, "--session", SESSION, "--json"))
     assert receipt["entity"] == NAME

@@ -349,4 +349,11 @@ def test_import_prints_a_json_receipt(shared_populated, tmp_path):
 
     receipt = json_of(import_file(shared_populated, path, "acme-json", "--json"))
 
-    assert receipt == {"session_id": "acme-json", "turns": 6, "entities": 3, "contexts": 8}
+    assert receipt == {
+        "session_id": "acme-json",
+        "turns": 6,
+        "entities": 3,
+        "contexts": 8,
+        "retention": "none",
+        "retention_rules": 0,
+    }

@@ -141,7 +141,7 @@ def test_the_command_lines_of_one_session_run_on_its_shard(
     assert "1" in succeeded(invoke(strict_url, "stats", "--session", "copy")).stdout
     succeeded(invoke(strict_url, "entity", "--session", "copy", "Sarah Chen"))
     succeeded(invoke(strict_url, "prune", "--session", "copy", "--dry-run"))
-    succeeded(invoke(strict_url, "forget", "--session", "copy", "Sarah Chen"))
+    succeeded(invoke(strict_url, "forget", "--yes", "--session", "copy", "Sarah Chen"))
     other, drop = citus_cluster.new_database(distributed=True)
     try:
         succeeded(invoke(strict_url, "copy", "--to", other, "--session", "acme"))

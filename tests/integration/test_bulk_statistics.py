@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from zerda_store import AdminRepository, ConversationEntityMemory
+from zerda_store import AdminRepository, ConversationEntityMemory, Store
 from zerda_store.db import statistics
 from zerda_store.db.schema import metadata
 
@@ -83,3 +83,25 @@ def test_a_bulk_import_leaves_the_tables_analysed(postgres_url: str) -> None:
     analysed = _analysed(engine)
     assert {"turns", "entities", "contexts"} <= set(analysed), analysed
     memory.close()
+
+
+def test_a_prune_analyses_tables_that_were_never_analysed(postgres_url: str) -> None:
+    """The fourth hardening round, H10: a prune on tables that were written in small
+    batches and never analysed (autovacuum off, or not there yet) analyses them before it
+    reads whole sessions; tables with statistics are left to autovacuum."""
+    memory = _memory(postgres_url)
+    engine = memory.store.engine
+    for first in range(0, 1_200, 400):  # below a bulk write: no analysis afterwards
+        memory.save_contexts(_pairs(first, 400))
+    memory.set_retention(keep_last=2)
+    memory.close()
+    assert _analysed(engine) == {}
+
+    with Store(postgres_url) as store:
+        receipt = AdminRepository(store).prune("bulk")
+        assert receipt["snippets"] > 0
+        analysed = _analysed(store.engine)
+        assert {"contexts", "turns", "entities"} <= set(analysed)
+
+        AdminRepository(store).prune("bulk")
+        assert _analysed(store.engine) == analysed  # analysed once, not at every prune

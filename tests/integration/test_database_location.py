@@ -48,3 +48,24 @@ def test_a_store_and_a_database_url_together_are_a_value_error(database_url):
         with pytest.raises(ValueError, match="either database_url or store"):
             ConversationEntityMemory(store=store, database_url=database_url)
         assert not store.closed
+
+
+def test_a_version_record_set_back_by_hand_is_one_clear_error(sqlite_url):
+    """The fourth hardening round, G8: the SQLite API upgrading a database whose version
+    record was set back by hand met its own tables, and raised SQLAlchemy's raw error."""
+    import sqlite3
+
+    from zerda_store import ConversationEntityMemory, Store, migrate
+    from zerda_store.errors import SchemaNotCurrentError
+
+    with Store(sqlite_url) as store:
+        migrate.upgrade(store)
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '0004'")
+
+    with pytest.raises(SchemaNotCurrentError, match="records revision 0004, but holds what a"):
+        ConversationEntityMemory(database_url=sqlite_url)
+
+    with Store(sqlite_url) as store:
+        assert migrate.current_revision(store) == "0004"  # nothing was changed

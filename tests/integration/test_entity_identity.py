@@ -243,3 +243,43 @@ def test_a_titled_form_of_another_entitys_name_is_refused_as_an_alias(make_memor
     say(memory, "Dr. Sarah Chen called")
     assert memory.get_entity_info("Sarah Chen")["contexts_count"] == 2
     assert memory.get_entity_info("Robert Smith")["contexts_count"] == 1
+
+
+# -- the fourth hardening round, H17: a merge refusal names each entity once -------------------
+
+
+@pytest.mark.parametrize(
+    ("keep", "other", "message"),
+    [
+        ("Sarah", "Sarah", "'Sarah' is one entity: there is nothing to merge"),
+        ("Sarah", "SARAH", "'SARAH' names 'Sarah': they are one entity already"),
+        ("Sally", "SARAH", "'Sally' and 'SARAH' both name 'Sarah': they are one entity already"),
+    ],
+)
+def test_merging_an_entity_into_itself_names_it_once(make_memory, keep, other, message):
+    memory = make_memory(KeywordLLM(["Sarah"]), session_id="self-merge")
+    memory.save_context({"input": "Sarah called"}, {"output": "ok"})
+    memory.add_alias("Sarah", "Sally")
+
+    with pytest.raises(MergeError) as refused:
+        memory.merge_entities(keep, other)
+
+    assert str(refused.value) == message
+
+
+def test_unmerge_after_a_prune_took_every_snippet_of_the_merged_entity_is_refused(make_memory):
+    """The fourth hardening round, H13: before, the unmerge brought back an entity with
+    no snippet, listed with nothing to show."""
+    memory = make_memory(KeywordLLM(["Robert", "Bob"]), session_id="pruned-merge")
+    memory.save_context({"input": "Bob called"}, {"output": "ok"})
+    memory.save_context({"input": "Robert called"}, {"output": "ok"})
+    merged = memory.merge_entities("Robert", "Bob")
+    memory.set_retention(keep_last=1)
+    memory.prune()
+
+    with pytest.raises(MergeError, match="nothing of 'Bob' is left"):
+        memory.unmerge(merged["merge_id"])
+
+    assert memory.list_entities() == ["Robert"]
+    assert [a["alias"] for a in memory.aliases()] == ["Bob"]
+    assert memory.merges()[0]["undone_at"] is None

@@ -90,7 +90,7 @@ def test_db_commands_on_another_applications_alembic_database_say_so_and_change_
         ["db", "upgrade"],
         ["db", "current"],
         ["sessions"],
-        ["forget", "X", "--session", "s"],
+        ["forget", "--yes", "X", "--session", "s"],
     ):
         line = one_line_error(invoke(url, *command))
         assert "another application" in line, command

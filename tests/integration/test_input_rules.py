@@ -162,3 +162,34 @@ def test_ids_past_32_bits_work_on_every_path_of_both_backends(database_url, make
 @pytest.mark.parametrize("limit", [0, -1, 2**31, True])
 def test_a_similar_entities_limit_outside_the_count_range_is_refused(memory, limit):
     assert "limit" in refused(lambda: memory.similar_entities(limit=limit))
+
+
+# -- the fourth hardening round, H15: the text of a turn has a limit --------------------------
+
+LIMIT = 1_000_000  # db.validation.MAX_TEXT_LENGTH, as docs/hardening.md states it
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, t: m.save_context({"input": t}, {"output": "ok"}),
+        lambda m, t: m.save_context({"input": "ok"}, {"output": t}),
+        lambda m, t: m.save_contexts([({"input": "ok"}, {"output": "ok"}), ({"input": t}, {})]),
+        lambda m, t: m.entity_store["Sarah Chen"].add_context(t),
+        lambda m, t: m.load_memory_variables({"input": t}),
+    ],
+    ids=["input", "output", "save_contexts", "add_context", "recall"],
+)
+@pytest.mark.parametrize("text", ["x" * (LIMIT + 1), "é" * (LIMIT + 1)], ids=["ascii", "other"])
+def test_a_turn_text_over_the_limit_is_refused_and_nothing_is_written(memory, call, text):
+    before = (len(memory.chat_memory), memory.get_memory_stats()["total_contexts"])
+
+    message = refused(lambda: call(memory, text))
+
+    assert "1,000,001 characters long; the limit is 1,000,000" in message
+    assert (len(memory.chat_memory), memory.get_memory_stats()["total_contexts"]) == before
+
+
+def test_a_turn_text_of_the_limit_is_stored(memory):
+    memory.save_context({"input": "y" * LIMIT}, {"output": "ok"})
+    assert len(memory.chat_memory[-1]["input"]) == LIMIT

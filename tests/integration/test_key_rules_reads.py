@@ -75,3 +75,45 @@ def test_a_session_never_written_reads_empty_with_any_key_rules(make_memory):
         memory = make_memory(FixedLLM("Sarah"), normalize_names=normalize, session_id="new")
         assert memory.load_memory_variables({"input": "Sarah"})["entity_info"] == ""
         assert memory.get_entity_info("Sarah") is None
+
+
+# -- the fourth hardening round, H12: characters that change no letter ------------------------
+
+IGNORABLE = {
+    "variation selector": "Sarah\ufe0f",
+    "variation selector supplement": "Sar\U000e0100ah",
+    "tag characters": "Sarah\U000e0041\U000e007f",
+    "Hangul filler": "Sarah\u3164",
+    "halfwidth Hangul filler": "\uffa0Sarah",
+    "combining grapheme joiner": "Sa\u034frah",
+}
+
+
+@pytest.mark.parametrize("look_alike", list(IGNORABLE.values()), ids=list(IGNORABLE))
+def test_a_look_alike_name_of_invisible_characters_names_the_same_entity(make_memory, look_alike):
+
+    memory = make_memory(FixedLLM("Sarah"), session_id="look-alike")
+    memory.save_context({"input": "Sarah called"}, {"output": "ok"})
+    spoofed = make_memory(FixedLLM(look_alike), session_id="look-alike")
+    spoofed.save_context({"input": "she called again"}, {"output": "ok"})
+
+    assert memory.list_entities() == ["Sarah"]
+    assert memory.get_entity_info("Sarah")["contexts_count"] == 2
+
+
+@pytest.mark.parametrize("look_alike", list(IGNORABLE.values()), ids=list(IGNORABLE))
+def test_an_extractors_look_alike_name_names_the_same_entity(make_memory, look_alike):
+    class Listing:
+        name = "listing"
+
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def extract(self, text: str) -> list[tuple[str, str]]:
+            return [(self._name, "PERSON")]
+
+    make_memory(extractor=Listing("Sarah"), session_id="x").save_context({"input": "a"}, {})
+    memory = make_memory(extractor=Listing(look_alike), session_id="x")
+    memory.save_context({"input": "b"}, {})
+
+    assert memory.list_entities() == ["Sarah"]

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -327,3 +329,28 @@ def test_settings_are_checked(memory):
     memory.set_retention(keep_last=2)
     assert memory.clear_retention() == 1
     assert memory.get_retention()["source"] is None
+
+
+# -- the fourth hardening round, H14: a sweeper's interval ------------------------------------
+
+
+@pytest.mark.parametrize("interval", [math.inf, 1e10, math.nan, 0, -1, 366 * 86_400 + 1])
+def test_a_sweeper_interval_past_a_year_or_not_positive_is_refused(database_url, interval):
+    with Store(database_url) as store, pytest.raises(ValueError, match="at most 31,622,400"):
+        start_sweeper(store, interval=interval)
+
+
+@pytest.mark.parametrize("interval", ["60", True, None])
+def test_a_sweeper_interval_that_is_no_number_is_refused(database_url, interval):
+    with Store(database_url) as store, pytest.raises(TypeError, match="a number of seconds"):
+        start_sweeper(store, interval=interval)
+
+
+def test_a_sweeper_of_a_years_interval_keeps_running(database_url):
+    with Store(database_url) as store:
+        sweeper = start_sweeper(store, interval=366 * 86_400)
+        deadline = time.monotonic() + 10
+        while sweeper.rounds == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        assert sweeper.rounds == 1 and sweeper.running

@@ -234,8 +234,10 @@ def test_service_role_exports_imports_and_prunes_through_the_cli(granted: Roles,
     copied = tmp_path / "copy.db"
     succeeded(granted.cli(service, "copy", "--to", f"sqlite:///{copied}", "--session", "acme"))
     succeeded(granted.cli(service, "retention", "set", "--default", "--keep-last", "1"))
-    assert json_of(granted.cli(service, "prune", "--json"))["sessions"] == 0
-    forgot = json_of(granted.cli(service, "forget", "Acme Corp", "--session", "copy", "--json"))
+    assert json_of(granted.cli(service, "prune", "--yes", "--json"))["sessions"] == 0
+    forgot = json_of(
+        granted.cli(service, "forget", "--yes", "Acme Corp", "--session", "copy", "--json")
+    )
     assert forgot["entities"] == 1
 
 

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from tests.doubles import AsyncKeywordLLM
 from zerda_store import (
+    CancelledAfterCommitError,
     CommitOutcomeUnknownError,
     ConversationEntityMemory,
     PoolExhaustedError,
@@ -354,6 +355,43 @@ async def test_a_save_cancelled_while_its_commit_runs_reports_it_stored(
         with pytest.raises(CommitOutcomeUnknownError, match="stored"):
             await task
     assert _stored_keys(database_url, "late") == {"m1"}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("cancellations", [2, 3])
+async def test_a_save_cancelled_again_while_its_commit_runs_reports_it_stored(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, cancellations: int
+) -> None:
+    """A second cancellation while the caller waits for the COMMIT it could not stop (a
+    client that gives up twice, a ``wait_for`` inside a ``timeout``) still tells the
+    caller the turn is stored: CancelledAfterCommitError, never a plain CancelledError."""
+    committing, go_on = threading.Event(), threading.Event()
+
+    async with Store(database_url) as store:
+        memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="twice")
+        dialect = store.engine.dialect
+        commit = dialect.do_commit
+
+        def slow_commit(connection: Any) -> None:
+            committing.set()
+            go_on.wait(HANG_GUARD_SECONDS)
+            commit(connection)
+
+        monkeypatch.setattr(dialect, "do_commit", slow_commit)
+        task = asyncio.ensure_future(
+            memory.asave_context({"input": "Sarah"}, {"output": "ok"}, idempotency_key="t1")
+        )
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while not committing.is_set() and time.monotonic() < deadline and not task.done():
+            await asyncio.sleep(0.001)
+        assert committing.is_set(), "the save's COMMIT never ran"
+        for _ in range(cancellations):
+            task.cancel()
+            await asyncio.sleep(0.01)
+        go_on.set()
+        with pytest.raises(CancelledAfterCommitError, match="stored"):
+            await task
+    assert _stored_keys(database_url, "twice") == {"t1"}
 
 
 @pytest.mark.asyncio

@@ -1,6 +1,6 @@
 """Hostile and odd input: quotes, SQL fragments, LIKE wildcards, backslashes, RTL text,
 emoji and combining marks round-trip exactly; NUL, lone surrogates and wrong types are
-refused with nothing written; a 5 MB turn round-trips; passwords stay out of errors and
+refused with nothing written; a turn of the largest size (1,000,000 characters) round-trips; passwords stay out of errors and
 logs; an unreachable server fails within 10 s (SQLite and Postgres)."""
 
 from __future__ import annotations
@@ -217,10 +217,14 @@ def test_an_extracted_name_with_a_lone_surrogate_is_skipped_and_the_turn_kept(
 # -- size ---------------------------------------------------------------------------
 
 
-def test_a_five_megabyte_turn_round_trips(make_memory: Callable[..., ConversationEntityMemory]):
+def test_a_turn_of_the_largest_size_round_trips(
+    make_memory: Callable[..., ConversationEntityMemory],
+):
+    """A million characters (the limit, docs/hardening.md H15) of mixed text: over 2 MB of
+    UTF-8."""
     memory = make_memory(extractor=NamesExtractor(["Ada"]))
     block = "Ada signed 🚀 — عقد جديد; it's 100% done_\\ \n"
-    big_input = (block * (5_000_000 // len(block) + 1))[:5_000_000]
+    big_input = (block * (1_000_000 // len(block) + 1))[:1_000_000]
     memory.save_context({"input": big_input}, {"output": "ok"})
     assert memory.chat_memory[0]["input"] == big_input
     info = memory.get_entity_info("Ada")

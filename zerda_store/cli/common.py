@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -60,9 +62,10 @@ class Context:
     """What every command shares: the URL and options, and a store opened on first use.
 
     Reading commands open the store read-only and never create or migrate a database;
-    commands that change an existing memory need a zerda_store database there (a SQLite
-    one behind head upgrades itself, as the Python API's does); only the commands that
-    bring data in (``db upgrade``, ``import``, ``copy``'s destination, ``demo``) create one.
+    commands that change an existing memory need a zerda_store database at head there (a
+    missing SQLite file is an error, a schema behind head is refused); only the commands
+    that bring data in (``db upgrade``, ``import``, ``copy``'s destination, ``demo``)
+    create or upgrade one.
     """
 
     def __init__(
@@ -119,12 +122,14 @@ class Context:
         return store
 
     def changing_store(self) -> Store:
-        """A store on an existing zerda_store database, for changing what it holds."""
+        """A store on an existing zerda_store database at head, for changing what it
+        holds: never created, never upgraded (a schema behind head is refused, naming
+        `db upgrade`, which reports what its upgrade changes)."""
         from ..db import migrate
 
         store = self.open(reading=False)
         store.require_file()
-        migrate.ensure_schema(store, auto_migrate=None, create=False)
+        migrate.ensure_schema(store, auto_migrate=False, create=False)
         return store
 
     def reader(self) -> AdminRepository:
@@ -150,14 +155,21 @@ class Context:
             raise LookupError(f"no entity {name!r} in session {session_id!r}")
         return memory
 
-    def repository(self) -> AdminRepository:
-        """The operators' queries on a database that may be created or migrated first (as
-        the Python API does: by default on SQLite only)."""
-        from ..admin import AdminRepository
-        from ..db import migrate
+    def session_memory(self, session_id: str) -> ConversationEntityMemory:
+        """The session's memory on a writable store, in the session's own key mode, for
+        changing it: expired rows not yet pruned are within reach (an erasure finds them)."""
+        from ..memory.conversation import ConversationEntityMemory
 
-        migrate.ensure_schema(self.store, auto_migrate=None)
-        return AdminRepository(self.store)
+        store = self.changing_store()
+        store.check_writable()
+        return ConversationEntityMemory.for_session(store, session_id)
+
+    def repository(self) -> AdminRepository:
+        """The operators' queries on an existing zerda_store database at head (as
+        :meth:`changing_store`: a missing SQLite file is an error, not a new database)."""
+        from ..admin import AdminRepository
+
+        return AdminRepository(self.changing_store())
 
     def importing_repository(self) -> AdminRepository:
         """The operators' queries for bringing data in: an empty database of either
@@ -167,6 +179,34 @@ class Context:
 
         migrate.prepare_for_new_data(self.store)
         return AdminRepository(self.store)
+
+    def database_files(self) -> list[Path]:
+        """The files of the SQLite database this command reads (the database, its journal,
+        -wal and -shm); none for Postgres, or a URL that names no file."""
+        from ..db.urls import resolve_url
+
+        url = resolve_url(self.database_url)
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return []
+        database = Path(str(url.database))
+        suffixes = ("", "-wal", "-shm", "-journal")
+        return [database.with_name(database.name + suffix) for suffix in suffixes]
+
+    def database_files_exist(self) -> bool:
+        """False for a SQLite URL whose file is not there (opening it would create it)."""
+        files = self.database_files()
+        return not files or files[0].is_file()
+
+    def refuse_own_file(self, destination: str) -> None:
+        """Refuse ``destination`` if it is the database this command reads, or one of its
+        files: writing there would replace the database (``export -o memory.db``)."""
+        target = Path(destination)
+        for own in self.database_files():
+            if _same_file(target, own):
+                raise click.ClickException(
+                    f"{destination} is a file of the database this command reads "
+                    f"({own.name}): choose another destination (nothing was written)"
+                )
 
     def close(self) -> None:
         if self._store is not None:
@@ -203,6 +243,15 @@ def _one_line(ctx: click.Context, exc: Exception) -> Exception:
     if alembic_errors is not None and isinstance(exc, alembic_errors.CommandError):
         return click.ClickException(escaped(_scrubbed(ctx, str(exc))))
     return exc
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same file on disk (a hard link, a symbolic
+    link), or, for a file not there yet, the same resolved path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
 
 
 def _scrubbed(ctx: click.Context, message: str) -> str:
@@ -248,6 +297,35 @@ def output(
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+yes_option = click.option(
+    "--yes", is_flag=True, help="Go ahead without asking (needed when not on a terminal)."
+)
+dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Say what would be deleted; delete nothing."
+)
+
+
+def on_terminal() -> bool:
+    """Whether an operator can be asked: standard input and output are a terminal."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def go_ahead(what: str, yes: bool) -> None:
+    """The confirmation of every destructive command (as ``db downgrade`` asks): with
+    ``--yes``, go ahead; on a terminal, say ``what`` it will do and ask; elsewhere refuse,
+    changing nothing."""
+    if yes:
+        return
+    if not on_terminal():
+        raise click.ClickException(
+            f"{what}; pass --yes to do it (there is no terminal to ask on), or --dry-run "
+            "to see it; nothing was changed"
+        )
+    print_text(f"{what}.")
+    if not click.confirm("Go ahead?", default=False):
+        raise click.ClickException("nothing was changed")
+
+
 session_option = click.option("--session", "session_id", required=True, help="The session id.")
 
 

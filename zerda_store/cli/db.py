@@ -139,6 +139,12 @@ def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
     store = obj.changing_store()
     migrate.require_store_database(store)
     rekeying = Rekeying(store, assume_normalized=set(normalized))
+    if idle := rekeying.without_effect(normalized):  # H8: never silently ignored
+        raise click.UsageError(
+            "--assume-normalized would change nothing for "
+            + "; ".join(f"{s!r}: {why}" for s, why in idle.items())
+            + "; nothing was re-keyed"
+        )
     report = [asdict(done) for done in rekeying.run(time.time)]
     print_rekeyed(report, as_json)
     if not as_json:

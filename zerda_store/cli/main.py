@@ -16,7 +16,9 @@ from .common import (
     MAX_COUNT,
     Context,
     Group,
+    dry_run_option,
     escaped,
+    go_ahead,
     json_option,
     output,
     plural,
@@ -24,6 +26,7 @@ from .common import (
     require_session,
     session_option,
     when,
+    yes_option,
 )
 from .db import contract, distribute, grant, print_rekeyed, print_upgrade, rekey
 from .extraction import models, reextract
@@ -122,6 +125,8 @@ def db_upgrade(
     from ..db import migrate
 
     assumed = True if assume_all_normalized else set(normalized)
+    if assumed:
+        _check_assumptions(obj, normalized)
     report: list[dict[str, Any]] = []
     try:
         migrate.upgrade(obj.store, revision, assume_normalized=assumed, report=report)
@@ -132,14 +137,49 @@ def db_upgrade(
     print_upgrade(report, migrate.current_revision(obj.store), as_json)
 
 
+# The revision whose upgrade decides how each session was keyed (entity identity).
+_KEYING_REVISION = "0006"
+
+
+def _check_assumptions(obj: Context, sessions: tuple[str, ...]) -> None:
+    """Refuse --assume-normalized where it would change nothing: on a database whose
+    upgrade across revision 0006 is done (or never began: no database there), or for a
+    session that holds no data (a misspelt id)."""
+    from ..admin import AdminRepository
+    from ..db import migrate
+
+    current = migrate.current_revision(obj.store) if obj.database_files_exist() else None
+    if current is None or current >= _KEYING_REVISION:
+        where = f"at revision {current}" if current else "without zerda_store's schema"
+        raise click.UsageError(
+            f"--assume-normalized applies to an upgrade from before revision "
+            f"{_KEYING_REVISION}, and the database is {where}: it would change nothing "
+            "(for sessions the previous release saved since the upgrade: `zerda-store db "
+            "rekey --assume-normalized SESSION`)"
+        )
+    missing = sorted(set(sessions) - AdminRepository(obj.store).sessions_holding_data(sessions))
+    if missing:
+        raise click.UsageError(
+            f"--assume-normalized names no session of this database: {', '.join(missing)} "
+            "(misspelt?); nothing was upgraded"
+        )
+
+
 # -- inspection ---------------------------------------------------------------------------
 
 
 @main.command()
+@click.option(
+    "--include-expired",
+    is_flag=True,
+    help="Also list the sessions of which a retention policy has expired everything (not "
+    "yet pruned), and count what is stored rather than what the reads show.",
+)
 @json_option
 @click.pass_obj
-def sessions(obj: Context, as_json: bool) -> None:
-    """List the sessions with their entity and turn counts."""
+def sessions(obj: Context, include_expired: bool, as_json: bool) -> None:
+    """List the sessions with their entity and turn counts (as the reads show them;
+    --include-expired: everything stored, as an erasure must reach it)."""
     rows = [
         {
             "session_id": s.session_id,
@@ -147,7 +187,7 @@ def sessions(obj: Context, as_json: bool) -> None:
             "message_count": s.message_count,
             "last_activity": s.last_activity,
         }
-        for s in obj.reader().sessions()
+        for s in obj.reader().sessions(include_expired=include_expired)
     ]
     output(
         rows,
@@ -252,23 +292,50 @@ def stats(obj: Context, session_id: str | None, as_json: bool) -> None:
 # -- changes ------------------------------------------------------------------------------
 
 
+# What a receipt of forget_entity counts as erased.
+_ERASED = ("entities", "contexts", "turns_deleted", "turns_updated")
+
+
 @main.command()
 @click.argument("name")
 @session_option
 @click.option("--with-turns", is_flag=True, help="Also delete the turns that mention it.")
+@dry_run_option
+@yes_option
 @json_option
 @click.pass_obj
-def forget(obj: Context, name: str, session_id: str, with_turns: bool, as_json: bool) -> None:
-    """Erase an entity and its snippets in one transaction, and print what was deleted."""
-    memory = obj.memory_knowing(session_id, name, reading=False)
-    receipt = memory.forget_entity(name, with_turns=with_turns)
+def forget(
+    obj: Context,
+    name: str,
+    session_id: str,
+    with_turns: bool,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Erase an entity and its snippets (and, --with-turns, the turns that mention it),
+    and print what was deleted. On a terminal it first says what it will delete and asks;
+    elsewhere it needs --yes; --dry-run only says."""
+    memory = obj.session_memory(session_id)
+    planned = memory.forget_entity(name, with_turns=with_turns, dry_run=True)
+    if not any(planned[count] for count in _ERASED):
+        raise LookupError(f"no entity {name!r} in session {session_id!r}")
+    if not dry_run:
+        go_ahead(f"forget {name!r} in session {session_id!r}: {_erased(planned)}", yes)
+    receipt = planned if dry_run else memory.forget_entity(name, with_turns=with_turns)
     if as_json:
-        click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
+        click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))  # as the API gives it
         return
-    print_text(
-        f"forgot {receipt['entity']!r}: {plural(receipt['entities'], 'entity')}, "
-        f"{plural(receipt['contexts'], 'snippet')}, {plural(receipt['turns_deleted'], 'turn')} "
-        f"deleted, {plural(receipt['turns_updated'], 'turn')} updated"
+    verb = "would forget" if dry_run else "forgot"
+    print_text(f"{verb} {receipt['entity']!r}: {_erased(receipt)}")
+
+
+def _erased(receipt: dict[str, Any]) -> str:
+    """What a forget receipt counts, in words."""
+    return (
+        f"{plural(receipt['entities'], 'entity')}, {plural(receipt['contexts'], 'snippet')}, "
+        f"{plural(receipt['turns_deleted'], 'turn')} deleted, "
+        f"{plural(receipt['turns_updated'], 'turn')} updated"
     )
 
 

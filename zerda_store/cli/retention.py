@@ -8,7 +8,17 @@ from typing import Any
 
 import click
 
-from .common import MAX_COUNT, MAX_SECONDS, Context, json_option, plural, print_text
+from .common import (
+    MAX_COUNT,
+    MAX_SECONDS,
+    Context,
+    dry_run_option,
+    go_ahead,
+    json_option,
+    plural,
+    print_text,
+    yes_option,
+)
 
 # The units a duration is written in on the command line, largest first.
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -97,6 +107,8 @@ def retention_set(
     """Set the rule of a session or of the default: the fields given change, the others
     keep their stored values (unless --replace)."""
     scope = _scope(session_id, default)
+    if keep_last is None and max_age is None and session_idle is None:
+        raise click.UsageError("give --keep-last, --max-age or --session-idle (or several)")
     stored = obj.repository().set_retention(
         scope, keep_last, max_age, session_idle, entity_type=entity_type, merge=not replace
     )
@@ -140,34 +152,78 @@ def _rule_line(label: str, rule: dict[str, Any], entity_type: str | None = None)
 @retention.command("clear")
 @_with_scope
 @click.option("--entity-type", help="Clear only this entity type's rule.")
+@dry_run_option
+@yes_option
 @json_option
 @click.pass_obj
 def retention_clear(
-    obj: Context, session_id: str | None, default: bool, entity_type: str | None, as_json: bool
+    obj: Context,
+    session_id: str | None,
+    default: bool,
+    entity_type: str | None,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
 ) -> None:
-    """Delete the rules of a session or of the default."""
+    """Delete the rules of a session or of the default (what they expired shows again).
+    On a terminal it first says what it will delete and asks; elsewhere it needs --yes;
+    --dry-run only says."""
     scope = _scope(session_id, default)
-    deleted = obj.repository().clear_retention(scope, entity_type=entity_type)
+    repository = obj.repository()
+    shown = repository.retention(scope)
+    if entity_type is None:
+        kinds = (["every type"] if _any_field(shown) else []) + list(shown["by_type"])
+    else:
+        kinds = [entity_type] if entity_type in shown["by_type"] else []
+    if not dry_run and kinds:
+        go_ahead(
+            f"retention clear deletes {plural(len(kinds), 'rule')} of {_scope_name(scope)} "
+            f"({', '.join(kinds)})",
+            yes,
+        )
+    deleted = len(kinds) if dry_run else repository.clear_retention(scope, entity_type=entity_type)
     if as_json:
-        receipt = {"scope": _scope_name(scope), "entity_type": entity_type, "deleted": deleted}
+        receipt = {
+            "scope": _scope_name(scope),
+            "entity_type": entity_type,
+            "dry_run": dry_run,
+            "deleted": deleted,
+        }
         click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
         return
-    click.echo(f"{plural(deleted, 'rule')} deleted")
+    click.echo(f"{plural(deleted, 'rule')} {'would be ' if dry_run else ''}deleted")
+
+
+def _any_field(rule: dict[str, Any]) -> bool:
+    return any(rule[field] is not None for field in ("keep_last", "max_age", "session_idle"))
 
 
 @click.command()
 @click.option("--session", "session_id", help="One session (default: every session).")
-@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@dry_run_option
+@yes_option
 @json_option
 @click.pass_obj
-def prune(obj: Context, session_id: str | None, dry_run: bool, as_json: bool) -> None:
-    """Delete what the retention policies expired, in short batches (safe to rerun)."""
-    receipt = obj.repository().prune(session_id, dry_run=dry_run)
+def prune(obj: Context, session_id: str | None, dry_run: bool, yes: bool, as_json: bool) -> None:
+    """Delete what the retention policies expired, in short batches (safe to rerun). On a
+    terminal it first says what it will delete and asks; elsewhere it needs --yes (a
+    scheduled job: `zerda-store prune --yes`); --dry-run only counts."""
+    repository = obj.repository()
+    if not dry_run and not yes:
+        counted = repository.prune(session_id, dry_run=True)
+        if not any(counted.values()):
+            yes = True  # nothing to delete: nothing to ask
+        go_ahead(f"prune deletes {_pruned(counted)}", yes)
+    receipt = repository.prune(session_id, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, **receipt}, indent=2))
         return
     verb = "would delete" if dry_run else "deleted"
-    click.echo(
-        f"{verb}: {plural(receipt['sessions'], 'session')}, {plural(receipt['turns'], 'turn')}, "
+    click.echo(f"{verb}: {_pruned(receipt)}")
+
+
+def _pruned(receipt: dict[str, int]) -> str:
+    return (
+        f"{plural(receipt['sessions'], 'session')}, {plural(receipt['turns'], 'turn')}, "
         f"{plural(receipt['snippets'], 'snippet')}, {plural(receipt['entities'], 'entity')}"
     )

@@ -5,17 +5,11 @@ on a terminal and needs ``--yes`` anywhere else."""
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 from ..errors import SchemaNotCurrentError
-from .common import Context, json_option, print_text
-
-
-def on_terminal() -> bool:
-    """Whether an operator can be asked: standard input and output are a terminal."""
-    return sys.stdin.isatty() and sys.stdout.isatty()
+from .common import Context, dry_run_option, json_option, on_terminal, print_text, yes_option
 
 
 def what_is_dropped(steps: list[tuple[str, str]], revision: str) -> str:
@@ -28,22 +22,28 @@ def what_is_dropped(steps: list[tuple[str, str]], revision: str) -> str:
 
 @click.command("downgrade")
 @click.argument("revision")
-@click.option(
-    "--yes",
-    is_flag=True,
-    help="Go ahead without asking (needed when not on a terminal).",
-)
+@dry_run_option
+@yes_option
 @json_option
 @click.pass_obj
-def db_downgrade(obj: Context, revision: str, yes: bool, as_json: bool) -> None:
+def db_downgrade(obj: Context, revision: str, dry_run: bool, yes: bool, as_json: bool) -> None:
     """Downgrade the schema to REVISION ("base" removes every table and its data). On a
-    terminal it first says what will be dropped and asks; elsewhere it needs --yes."""
+    terminal it first says what will be dropped and asks; elsewhere it needs --yes;
+    --dry-run only says."""
     from ..db import migrate
 
     store = obj.store
+    store.require_file()
     store.check_writable()
     steps = migrate.downgrade_steps(store, revision)
     dropped = what_is_dropped(steps, revision)
+    if dry_run:
+        if as_json:
+            undone = [rev for rev, _ in steps]
+            click.echo(json.dumps({"dry_run": True, "revision": revision, "undone": undone}))
+        else:
+            print_text(f"db downgrade {revision} {dropped}" if steps else "nothing to undo")
+        return
     if steps and not yes:
         if not on_terminal():
             raise click.ClickException(
@@ -68,9 +68,20 @@ def db_downgrade(obj: Context, revision: str, yes: bool, as_json: bool) -> None:
 def db_current(obj: Context, as_json: bool) -> None:
     """Show the schema revision of the database and whether it is the newest."""
     from ..db import migrate
+    from ..db.survey import survey
 
-    current = migrate.require_store_database(obj.open(reading=True))
+    store = obj.open(reading=True)
     head = migrate.head_revision()
+    found = survey(store)
+    if found.revision is None and set(found.tables) <= {"alembic_version"} and not found.elsewhere:
+        # An empty database (or one downgraded to base) is at no revision, as `alembic
+        # current` says (exit 0).
+        if as_json:
+            click.echo(json.dumps({"revision": None, "head": head, "is_head": False}))
+        else:
+            click.echo(f"no revision: an empty database (head is {head}; `db upgrade` makes it)")
+        return
+    current = migrate.require_store_database(store)
     if as_json:
         click.echo(json.dumps({"revision": current, "head": head, "is_head": current == head}))
         return

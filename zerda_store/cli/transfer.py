@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
+from typing import IO, Any
 
 import click
 
@@ -37,18 +40,31 @@ def export_command(obj: Context, session_id: str, output: str, include_expired: 
     retention policy has expired is left out unless --include-expired."""
     from ..transfer.format import write_session, write_session_file
 
+    if output != "-":
+        obj.refuse_own_file(output)
     require_session(obj, session_id)
     reader = obj.reader()
     rules = reader.key_rules(session_id)
+    policy = reader.carried_policy(session_id)
     with row_bar("export", reader.row_counts([session_id])) as bar:
         records = bar.counted(reader.export_session(session_id, include_expired=include_expired))
         if output == "-":
-            lines = write_session(sys.stdout, session_id, records, rules)
+            lines = write_session(sys.stdout, session_id, records, rules, policy)
         else:
             with _file_errors(output):
-                lines = write_session_file(output, session_id, records, rules)
+                lines = write_session_file(output, session_id, records, rules, policy)
     including = " including expired data" if include_expired else ""
-    click.echo(f"exported session {session_id!r}{including}: {plural(lines, 'line')}", err=True)
+    click.echo(
+        f"exported session {session_id!r}{including}: {plural(lines, 'line')}"
+        + (f"; {_policy_count(policy)} carried" if policy else ""),
+        err=True,
+    )
+
+
+def _policy_count(policy: dict[str, Any]) -> str:
+    """``2 retention rules`` (the session's own and the default's)."""
+    count = sum(len(rules) for rules in policy.values())
+    return f"{count} retention rule{'s' if count != 1 else ''}"
 
 
 @contextmanager
@@ -78,6 +94,7 @@ def import_command(
     file is checked first; a bad or truncated file is refused, and nothing is written.
     An empty database gets zerda_store's schema first."""
     from ..db.validation import checked_session_id
+    from ..retention.carrying import described
     from ..transfer.checks import file_key_rules
     from ..transfer.format import ExportFile
 
@@ -90,8 +107,10 @@ def import_command(
             counts = repository.import_session(
                 session_id, bar.counted(export), merge=merge, key_rules=file_key_rules(checked)
             )
+        carried = repository.record_carried(session_id, checked.retention)
     if as_json:
-        click.echo(json.dumps({"session_id": session_id, **counts}, ensure_ascii=False))
+        receipt = {"session_id": session_id, **counts, **carried}
+        click.echo(json.dumps(receipt, ensure_ascii=False))
         return
     print_text(
         f"imported into {session_id!r}: {plural(counts['turns'], 'turn')}, "
@@ -101,6 +120,7 @@ def import_command(
             if "aliases" in counts
             else ""
         )
+        + (f"; {described(carried)}" if carried["retention"] != "none" else "")
     )
 
 
@@ -109,16 +129,22 @@ _ALIASES = ("aliases", "alias")
 
 @contextmanager
 def _readable(file: str) -> Iterator[str]:
-    """A path that can be read twice (checked, then imported): standard input is copied
-    to a temporary file first."""
-    if file != "-":
-        yield file
-        return
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".jsonl") as copy:
-        for line in sys.stdin:
-            copy.write(line)
-        copy.flush()
-        yield copy.name
+    """A private copy of ``file`` (or of standard input), read from it once: the import
+    checks and then writes this copy, never the operator's path again. A stream such as
+    ``<(gunzip -c backup.gz)`` can be read only once, and a file replaced between the check
+    and the write would have its unchecked records imported."""
+    with tempfile.NamedTemporaryFile("w+b", suffix=".jsonl") as private:
+        if file == "-":
+            _copy(sys.stdin.buffer, private)
+        else:
+            with open(file, "rb") as source:
+                _copy(source, private)
+        private.flush()
+        yield private.name
+
+
+def _copy(source: IO[bytes], target: IO[bytes]) -> None:
+    shutil.copyfileobj(source, target)
 
 
 @click.command()
@@ -153,10 +179,16 @@ def copy(
         with row_bar("copy", source.row_counts(ids)) as bar:
             report = source.copy_to(target_store, ids, bar.counted, include_expired=include_expired)
     if as_json:
-        click.echo(json.dumps({"copied": report.copied, "skipped": report.skipped}))
+        click.echo(json.dumps(asdict(report)))
         return
     including = " including expired data" if include_expired else ""
     click.echo(
         f"copied {plural(report.copied, 'session')}{including}, "
         f"skipped {report.skipped} already present"
+        + (
+            f"; retention rules carried: {report.default_rules} of the default, "
+            f"{report.session_rules} of sessions"
+            if report.default_rules or report.session_rules
+            else ""
+        )
     )

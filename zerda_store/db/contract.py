@@ -23,8 +23,9 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
-from ..errors import SchemaNotCurrentError
+from ..errors import LockTimeoutError, ReadOnlyStoreError, SchemaNotCurrentError
 from .engine import Store
 from .migration_lock import alembic_connection, locked_connection
 from .short_locks import retrying_lock_timeouts, short_lock_waits
@@ -50,9 +51,35 @@ def contract(store: Store, head: str, current: str) -> list[str]:
         connection.rollback()
     if store.dialect == "postgresql":
         return _contract_postgres(store)
-    with alembic_connection(store, locked=True) as connection:
-        _refuse_unkeyed(connection)
-        return _contract_sqlite(connection)
+    try:
+        with alembic_connection(store, locked=True, wait_ms=SQLITE_WAIT_MS) as connection:
+            _refuse_unkeyed(connection)
+            return _contract_sqlite(connection)
+    except DBAPIError as exc:
+        raise _sqlite_refusal(store, exc) from None
+
+
+# How long `db contract` waits on SQLite for another writer (a save, another migration):
+# saves are short, and an operator is told rather than kept waiting ten minutes.
+SQLITE_WAIT_MS = 30_000
+
+
+def _sqlite_refusal(store: Store, exc: DBAPIError) -> Exception:
+    """A SQLite file that cannot be written, or a write lock not had in time, as the
+    refusal that says so (nothing was changed: the transaction rolled back)."""
+    detail = str(exc.orig).lower()
+    if "readonly" in detail or "read-only" in detail:
+        return ReadOnlyStoreError(
+            f"{store.location} cannot be written (a read-only file or folder): db contract "
+            "changes the schema; nothing was changed"
+        )
+    if "locked" in detail or "busy" in detail:
+        return LockTimeoutError(
+            f"db contract waited {SQLITE_WAIT_MS / 1000:g} s for another writer of "
+            f"{store.location} (a long write or another migration); nothing was changed: "
+            "run it again when that is done"
+        )
+    return exc
 
 
 def _refuse_unkeyed(connection: Connection) -> None:

@@ -16,6 +16,7 @@ A store opened with ``read_only=True`` never writes: SQLite opens the file with 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -230,7 +231,11 @@ class Store:
         ``ping=False`` skips the Postgres liveness check, for callers that run again whole
         when the connection turns out dead."""
         with self._checked_out(self.engine.connect, ping=ping) as connection:
-            yield connection
+            try:
+                yield connection
+            finally:
+                if self.closed:  # closed meanwhile: not back into a pool nobody uses
+                    connection.invalidate()
 
     def _checked_out(self, open_connection: Callable[[], C], *, ping: bool) -> C:
         if self.closed:
@@ -335,6 +340,9 @@ class Store:
                 self.drop_connections()
             return
         self._kept.forget(connection)
+        if self.closed:  # closed meanwhile: not back into a pool nobody uses (H11)
+            with contextlib.suppress(Exception):
+                connection.invalidate()
         connection.close()
 
     def connections_in_use(self) -> int:

@@ -11,6 +11,7 @@ downgrade refuse it, and :func:`ensure_schema` only says what to run.
 
 from __future__ import annotations
 
+import io
 import sqlite3
 import time
 from collections.abc import Collection, Iterator
@@ -23,7 +24,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import PermissionDeniedError, SchemaNotCurrentError
+from ..errors import PermissionDeniedError, SchemaNotCurrentError, StoreError
 from . import statistics
 from .engine import Store
 from .failures import is_permission_denied
@@ -174,13 +175,27 @@ def upgrade(
         )
         try:
             command.upgrade(config, revision)
-        except BaseException:
+        except BaseException as exc:
             if store.dialect != "postgresql":
                 report.clear()
+            if isinstance(exc, DBAPIError) and "already exists" in str(exc.orig):
+                raise _record_behind_tables(store, found.revision, exc) from None
             raise
     if found.revision is not None and current_revision(store) != found.revision:
         statistics.analyze(store)  # the revisions' data steps may have rewritten many rows
     return report
+
+
+def _record_behind_tables(store: Store, revision: str | None, exc: DBAPIError) -> StoreError:
+    """An upgrade that met a table or index of a later revision: the version record was
+    set back by hand (or restored apart from the tables). Nothing was changed."""
+    return SchemaNotCurrentError(
+        f"the database {store.safe_url} records revision {revision}, but holds what a later "
+        f"revision makes ({store.describe(exc)}): its version record does not match its "
+        f"tables (set back by hand?){'; nothing was changed' if store.dialect == 'sqlite' else ''}. "
+        "Set the record to the revision the tables are at (`alembic stamp REVISION`), or "
+        "restore the database whole"
+    )
 
 
 @contextmanager
@@ -303,7 +318,9 @@ def check(store: Store) -> None:
     from alembic import command
 
     with alembic_connection(store, locked=False) as connection:
-        command.check(alembic_config(connection))
+        # Alembic prints its verdict on standard output; the caller says its own (`db
+        # check --json` prints JSON only).
+        command.check(alembic_config(connection, stdout=io.StringIO()))
 
 
 def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = True) -> None:

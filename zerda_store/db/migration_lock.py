@@ -101,16 +101,19 @@ def _session_locked_connection(store: Store) -> Iterator[Connection]:
 
 
 @contextmanager
-def alembic_connection(store: Store, *, locked: bool) -> Iterator[Connection]:
+def alembic_connection(
+    store: Store, *, locked: bool, wait_ms: int = MIGRATION_WAIT_MS
+) -> Iterator[Connection]:
     """A connection in one transaction for Alembic (whose env.py wants SQLite's foreign keys
-    off); ``locked``: a write transaction that one migrating process holds at a time."""
+    off); ``locked``: a write transaction that one migrating process holds at a time,
+    waited for at most ``wait_ms`` on SQLite."""
     with store.connect() as connection:
         if store.dialect == "sqlite":
             # Outside any transaction, where SQLite honours it; the driver is in autocommit.
             _raw_sqlite(connection, "PRAGMA foreign_keys=OFF")
             if locked:
                 # Another process may be rebuilding a large table: wait for it, not 5 s.
-                _raw_sqlite(connection, f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
+                _raw_sqlite(connection, f"PRAGMA busy_timeout={wait_ms}")
                 connection.execution_options(sqlite_begin="IMMEDIATE")
         try:
             with connection.begin():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 
+import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from .engine import Store
@@ -50,3 +51,30 @@ def analyze(store: Store) -> None:
             connection.commit()
     except DBAPIError as exc:
         logger.warning("the tables were not analysed after a bulk write: %s", store.describe(exc))
+
+
+def analyze_if_never_analysed(store: Store) -> bool:
+    """``ANALYZE`` the memory's tables (as :func:`analyze`) when one of them has never been
+    analysed and has had at least ``BULK_ROWS`` rows written since: a bulk job about to
+    read whole sessions (a prune) is planned for tables of a few rows otherwise, and a
+    ``keep_last`` prune of a million snippets took 238 s there, 26.5 s after ``ANALYZE``.
+    Whether it analysed them. Postgres only (not Citus), as :func:`analyze`."""
+    if store.dialect != "postgresql" or distributed(store):
+        return False
+    names = [table.name for table in metadata.sorted_tables]
+    never = sa.text(
+        "SELECT count(*) FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
+        "WHERE c.oid = ANY(CAST(:tables AS regclass[])) AND s.last_analyze IS NULL "
+        "AND s.last_autoanalyze IS NULL AND s.n_mod_since_analyze >= :rows"
+    )
+    try:
+        with store.connect() as connection:
+            found = connection.execute(never, {"tables": names, "rows": BULK_ROWS}).scalar_one()
+            connection.rollback()
+    except DBAPIError as exc:
+        logger.warning("the tables' statistics were not looked up: %s", store.describe(exc))
+        return False
+    if not found:
+        return False
+    analyze(store)
+    return True

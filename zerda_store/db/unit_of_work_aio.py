@@ -170,7 +170,7 @@ async def _awaited(where: AsyncThreads, job: Job, *, write: bool) -> Any:
         if job.take():  # never started
             raise
         job.cancelled = True
-        if await _stored_anyway(job):
+        if await _outcome_despite_cancellations(job):
             raise cancelled_after_commit() from None
         raise
     finally:
@@ -190,6 +190,18 @@ def cancelled_after_commit() -> CancelledAfterCommitError:
         "the call was cancelled after its COMMIT had been sent: the write is stored "
         "(a retry with the same idempotency_key is a no-op)"
     )
+
+
+async def _outcome_despite_cancellations(job: Job) -> bool:
+    """:func:`_stored_anyway`, waited for to its end however often the caller is cancelled
+    meanwhile (the wait is a statement or a COMMIT at most): a second cancellation must not
+    turn a stored write into a plain cancellation, after which a retry without an
+    idempotency key would store it twice."""
+    while True:
+        try:
+            return await _stored_anyway(job)
+        except asyncio.CancelledError:
+            continue
 
 
 async def _stored_anyway(job: Job) -> bool:

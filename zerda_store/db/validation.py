@@ -22,12 +22,17 @@ MAX_ID = max_integer(entities.c.id)
 # The longest duration a policy takes: from the epoch to the end of year 9999, the range
 # of every stored time (an export's times are checked against the same bound).
 MAX_SECONDS = 253_402_300_799.0
+# The longest text of a turn's input or output, or of a snippet, in characters (code
+# points): about 1 MB of text, 4 MB at most in UTF-8. A 50 MB message added about 300 MB
+# to its save and its recall returned 105 MB; a chat turn is a few kilobytes.
+MAX_TEXT_LENGTH = 1_000_000
 
 
 def checked_text(value: object, what: str) -> str:
-    """A value that can be stored as text on every backend, else TypeError/ValueError."""
+    """A value that can be stored as text on every backend, at most ``MAX_TEXT_LENGTH``
+    characters long, else TypeError/ValueError."""
     if _is_plain(value):
-        return value
+        return _within_limit(value, what)
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -38,6 +43,15 @@ def checked_text(value: object, what: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"{what} is not valid Unicode text (it holds a lone surrogate)") from None
+    return _within_limit(value, what)
+
+
+def _within_limit(value: str, what: str) -> str:
+    if len(value) > MAX_TEXT_LENGTH:
+        raise ValueError(
+            f"{what} is {len(value):,} characters long; the limit is {MAX_TEXT_LENGTH:,} "
+            "(about 1 MB of text)"
+        )
     return value
 
 
@@ -47,7 +61,7 @@ def mapping_text(mapping: object, key: str, argument: str) -> str:
             f"{argument} must be a mapping such as a dict, not {type(mapping).__name__}"
         )
     value = mapping.get(key)
-    if _is_plain(value):
+    if _is_plain(value) and len(value) <= MAX_TEXT_LENGTH:
         return value  # every turn's case, passed without naming the argument
     return checked_text(value, f"{argument}[{key!r}]")
 

@@ -181,24 +181,50 @@ def unmerge(
             f"merge {logged.id} cannot be undone: an entity {taken[0].name!r} has the key of "
             f"{merged['name']!r} now"
         )
+    _refuse_alias_of_another(transaction, statements, logged, merged)
     if record["alias_id"] is not None:
         transaction.count(statements.remove_alias, {**session, "alias_id": record["alias_id"]})
     transaction.count(statements.insert_entity, merged)
     back = {**session, "from_id": logged.kept_entity_id, "to_id": merged["id"]}
+    restored = 0
     for context_id in record["moved_contexts"]:
-        transaction.count(statements.context_to, {**back, "context_id": context_id})
+        restored += transaction.count(statements.context_to, {**back, "context_id": context_id})
     for row in record["dropped_contexts"]:
         if row["turn_id"] is None or transaction.run(
             statements.turn_exists, {**session, "turn_id": row["turn_id"]}
         ):
-            transaction.count(statements.insert_context, row)
+            restored += transaction.count(statements.insert_context, row)
+    if not restored and (record["moved_contexts"] or record["dropped_contexts"]):
+        # Rolled back whole: an entity with none of its snippets would be an empty name.
+        raise MergeError(
+            f"merge {logged.id} cannot be undone: nothing of {merged['name']!r} is left (its "
+            "snippets were pruned or forgotten since); to stop its name naming "
+            f"{logged.kept_name!r}, remove the alias (`zerda-store alias remove`)"
+        )
     for alias_id in record["moved_aliases"]:
         transaction.count(statements.alias_to, {**back, "alias_id": alias_id})
-    restored = _restored(kept[0], record["kept_before"], record["kept_after"])
-    transaction.count(
-        statements.update_first_last, {**session, "entity_id": kept[0].id, **restored}
-    )
+    fields = _restored(kept[0], record["kept_before"], record["kept_after"])
+    transaction.count(statements.update_first_last, {**session, "entity_id": kept[0].id, **fields})
     transaction.count(statements.mark_undone, {**session, "merge_id": logged.id, "undone_at": at})
+
+
+def _refuse_alias_of_another(
+    transaction: Transaction, statements: IdentityStatements, logged: Any, merged: dict[str, Any]
+) -> None:
+    """An unmerge may not bring back an entity whose key is now another entity's alias (its
+    alias was removed and given to another since): a name would then be an entity and
+    another's alias at once, a state ``add_alias`` refuses and an export cannot carry."""
+    values = {"session_id": logged.session_id, "alias_key": merged["name_key"]}
+    own = logged.record["alias_id"]
+    held = [row for row in transaction.run(statements.alias_by_key, values) if row.id != own]
+    if not held:
+        return
+    values = {"session_id": logged.session_id, "entity_id": held[0].entity_id}
+    owner = transaction.run(statements.entity_by_id, values)[0]
+    raise MergeError(
+        f"merge {logged.id} cannot be undone: {merged['name']!r} is an alias of "
+        f"{owner.name!r} now (`zerda-store alias remove` it first)"
+    )
 
 
 def _restored(now: Any, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

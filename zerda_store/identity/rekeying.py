@@ -54,6 +54,28 @@ class Rekeying:
         )
         return sorted(row.session_id for row in rows)
 
+    def without_effect(self, sessions: Collection[str]) -> dict[str, str]:
+        """Of the sessions named as written with ``normalize_names=True``, those for which
+        saying so would change nothing, each with why: a session with no entity to
+        re-key (none by that id: misspelt?), or one whose key rules are recorded."""
+
+        def work(transaction: Transaction) -> dict[str, str]:
+            pending = {
+                row.session_id for row in transaction.run(self._statements.unkeyed_sessions, {})
+            }
+            reasons = {}
+            for session_id in sorted(sessions):
+                recorded = transaction.run(self._statements.rules_of, {"session_id": session_id})
+                if recorded:
+                    reasons[session_id] = (
+                        f"its key rules are recorded already ({recorded[0].key_rules})"
+                    )
+                elif session_id not in pending:
+                    reasons[session_id] = "it has no entity to re-key (is the id misspelt?)"
+            return reasons
+
+        return self.store.read(work)
+
     def run(self, now: Callable[[], float]) -> Iterator[SessionRekeyed]:
         """Re-key every pending session, one transaction each, yielding what each got."""
         for session_id in self.pending():

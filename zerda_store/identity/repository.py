@@ -174,6 +174,8 @@ class IdentityRepository:
         def work(transaction: Transaction) -> MergeReceipt:
             kept = self._entity(transaction, session_id, keep)
             merged = self._entity(transaction, session_id, other)
+            if kept.id == merged.id:
+                raise MergeError(_one_entity(keep, other, kept.name))
             return merge(transaction, self._statements, kept, merged, reason=MANUAL, at=at)
 
         receipt: MergeReceipt = self._write(session_id, work)
@@ -301,6 +303,17 @@ class IdentityRepository:
             lambda transaction: transaction.run(self._statements.merges, {"session_id": session_id})
         )
         return [_entry(row) for row in rows]
+
+
+def _one_entity(keep: str, other: str, name: str) -> str:
+    """The refusal of a merge of an entity into itself, naming it once, with each name the
+    caller gave that is not its own ("'SARAH' and 'Sally' both name 'Sarah'")."""
+    given = list(dict.fromkeys(n for n in (keep, other) if n != name))
+    if not given:
+        return f"{name!r} is one entity: there is nothing to merge"
+    if len(given) == 1:
+        return f"{given[0]!r} names {name!r}: they are one entity already"
+    return f"{given[0]!r} and {given[1]!r} both name {name!r}: they are one entity already"
 
 
 def _keyed(key: str, name: str) -> str:

@@ -168,16 +168,23 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         return list(self.entity_store)
 
     @observed(DELETE, done=counts)
-    def forget_entity(self, name: str, *, with_turns: bool = False) -> dict[str, Any]:
+    def forget_entity(
+        self, name: str, *, with_turns: bool = False, dry_run: bool = False
+    ) -> dict[str, Any]:
         """Erase one entity and its snippets, and its name from the turns that mention it;
         ``with_turns=True`` deletes those turns (and all their snippets) instead.
 
         Returns the counts of what was deleted; ``entities`` is 0 if nothing matched.
+        ``dry_run=True`` deletes nothing and returns what would be deleted.
         """
         key = self._key(name)
         self._check_key_rules()
         receipt = self._erasure.forget_entity(
-            self.session_id, key, with_turns=with_turns, normalize=self.normalize_names
+            self.session_id,
+            key,
+            with_turns=with_turns,
+            normalize=self.normalize_names,
+            dry_run=dry_run,
         )
         return asdict(receipt or ForgetReceipt())
 

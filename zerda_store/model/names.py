@@ -213,6 +213,24 @@ def is_held_apart(key: str) -> bool:
     return key.startswith(HELD_APART)
 
 
+# Characters that change no letter a reader sees, which an extracted name may carry (an
+# emoji presentation selector after a name, a name pasted from a spoof): variation selectors
+# (U+FE00–FE0F, U+E0100–E01EF, the Mongolian ones), tag characters (U+E0000–E007F), the
+# Hangul fillers (U+115F, U+1160, U+3164, U+FFA0), the combining grapheme joiner and the
+# Khmer inherent vowels. Dropped from a name as it is extracted, before it is keyed: the
+# key rules stay as they are (frozen), and a name carrying them names the entity without.
+_IGNORABLE = re.compile(
+    "[\ufe00-\ufe0f\U000e0000-\U000e007f\U000e0100-\U000e01ef\u180b-\u180d\u180f"
+    "\u115f\u1160\u3164\uffa0\u034f\u17b4\u17b5]"
+)
+
+
+def without_ignorables(name: str) -> str:
+    """``name`` without the characters that change no letter (see ``_IGNORABLE``), its
+    ends stripped."""
+    return _IGNORABLE.sub("", name).strip()
+
+
 def is_acceptable_name(name: str, limit: int = MAX_NAME_LENGTH) -> bool:
     """True when a name can be stored: 1 to ``limit`` code points (256: a name's column),
     no control characters and no lone surrogates (which no database can store as UTF-8)."""

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 
 from ..db.engine import Store
 from ..db.schema import ANY_SCOPE, contexts, entities, in_same_session, retention_policies, turns
+from ..db.statistics import analyze_if_never_analysed
 from ..db.unit_of_work import Transaction
 from ..telemetry.operations import DELETE, counts, note_pruned, observed, session_argument
 from .policies import Policies
@@ -71,6 +72,8 @@ class Pruner:
         self.batch_size = batch_size
         self.policies = Policies(store)
         self._statements = store.statements(PruneStatements)
+        # Whether the tables were looked at for missing statistics (once per pruner).
+        self._statistics_checked = False
 
     def sessions_with_policies(self) -> list[str]:
         """Every session a policy applies to: all of them if there is a default policy."""
@@ -104,6 +107,9 @@ class Pruner:
             counted = self._count(session_id, visible)
             note_pruned(self.store, session_id, counted, dry_run=True)
             return counted
+        if not self._statistics_checked:
+            self._statistics_checked = True
+            analyze_if_never_analysed(self.store)
         receipt = PruneReceipt(sessions=int(visible.idle_expired))
         receipt.add(self._old_turns(session_id, visible))
         receipt.snippets += self._old_snippets(session_id, visible)

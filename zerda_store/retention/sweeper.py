@@ -16,14 +16,23 @@ from .pruning import Pruner, PruneReceipt
 
 logger = logging.getLogger("zerda_store.pruning")
 
+# The longest interval between two rounds: a year. (A thread's wait takes at most
+# threading.TIMEOUT_MAX, about 292 years; past it, the wait raised and the thread died.)
+MAX_INTERVAL = 366 * 86_400.0
+
 
 class Sweeper:
     """A daemon thread that prunes every session with a policy every ``interval``
     seconds until stopped. Errors are logged, never raised; the next round tries again."""
 
     def __init__(self, pruner: Pruner, interval: float) -> None:
-        if not interval > 0:
-            raise ValueError(f"interval must be a positive number of seconds, got {interval}")
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+            raise TypeError(f"interval must be a number of seconds, not {type(interval).__name__}")
+        if not 0 < interval <= MAX_INTERVAL:  # NaN and infinity fail here too
+            raise ValueError(
+                f"interval must be more than 0 and at most {MAX_INTERVAL:,.0f} seconds "
+                f"(a year), got {interval}"
+            )
         self.pruner = pruner
         self.interval = float(interval)
         self.rounds = 0
@@ -44,13 +53,17 @@ class Sweeper:
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.last_receipt = self.pruner.prune_all()
-            except Exception:
-                logger.exception("the retention sweeper's prune failed; trying again later")
-            self.rounds += 1
-            self._stop.wait(self.interval)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.last_receipt = self.pruner.prune_all()
+                except Exception:
+                    logger.exception("the retention sweeper's prune failed; trying again later")
+                self.rounds += 1
+                self._stop.wait(self.interval)
+        except BaseException:  # never a silent end: a thread's own error goes nowhere else
+            logger.exception("the retention sweeper stopped: it prunes no more")
+            raise
 
 
 def start_sweeper(

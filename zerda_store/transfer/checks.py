@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..db.schema import contexts, entities, extractions, identity_judgements, max_length, turns
+from ..db.validation import MAX_TEXT_LENGTH
 from ..identity.rules import identify
 from ..model.names import (
     EXACT,
@@ -108,6 +109,9 @@ _MAX_LENGTHS = {
     "name_a": max_length(identity_judgements.c.name_a),
     "name_b": max_length(identity_judgements.c.name_b),
     "decided_by": max_length(identity_judgements.c.decided_by),
+    "input_text": MAX_TEXT_LENGTH,
+    "output_text": MAX_TEXT_LENGTH,
+    "text": MAX_TEXT_LENGTH,
 }
 _STATUSES = {None, "ok", "failed", "skipped"}
 assert contexts.c.text.type.python_type is str
@@ -137,7 +141,10 @@ class CheckedFile:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     # The rules the file's keys agree with so far (all of them, to begin with).
     key_rules: tuple[KeyRules, ...] = CURRENT_RULES
+    # The retention policy the header carries (retention.carrying), {} for none.
+    retention: dict[str, Any] = field(default_factory=dict)
     _turn_ids: set[int] = field(default_factory=set)
+    _last_turn_id: int = 0
     _entity_ids: set[int] = field(default_factory=set)
     _unique: set[tuple[str, str, Any]] = field(default_factory=set)
     _snippets: set[tuple[int, int]] = field(default_factory=set)
@@ -145,6 +152,7 @@ class CheckedFile:
     _entity_names: dict[int, str] = field(default_factory=dict)
     _entity_keys: dict[str, int] | None = None
     _alias_keys: dict[str, int] = field(default_factory=dict)
+    _held_apart: set[int] = field(default_factory=set)
 
 
 def problem(number: int, field_name: str, what: str) -> ImportFormatError:
@@ -212,6 +220,11 @@ def _check_turn(record: dict[str, Any], number: int, checked: CheckedFile) -> No
     if checked.counts["entity"] or checked.counts["context"]:
         raise ImportFormatError(f"line {number}: turns must come before entities and snippets")
     _claim(checked, "turn", "id", record["id"], number)
+    if record["id"] < checked._last_turn_id:
+        # The import keeps the file's order (new ids in file order), and recall follows it:
+        # turns moved up in an edited file would be recalled as the newest.
+        raise problem(number, "id", "is out of order: turns come in the order they were saved")
+    checked._last_turn_id = record["id"]
     if record["idempotency_key"] is not None:
         _claim(checked, "turn", "idempotency_key", record["idempotency_key"], number)
     checked._turn_ids.add(record["id"])
@@ -234,6 +247,8 @@ def _check_entity(record: dict[str, Any], number: int, checked: CheckedFile) -> 
     _claim(checked, "entity", "name_key", record["name_key"], number)
     checked._entity_ids.add(record["id"])
     checked._entity_names[record["id"]] = name
+    if is_held_apart(record["name_key"]):
+        checked._held_apart.add(record["id"])
 
 
 def _check_core(record: dict[str, Any], number: int, checked: CheckedFile) -> None:
@@ -305,7 +320,11 @@ def _check_alias_identity(record: dict[str, Any], number: int, checked: CheckedF
     rules = file_key_rules(checked)
     if checked._entity_keys is None:
         names = checked._entity_names
-        checked._entity_keys = {rules.key(name): id_ for id_, name in names.items()}
+        # An entity held apart is found by no name (an unmerge kept it apart from the
+        # entity, or the alias, its name's key names), so an alias may have its name's key.
+        checked._entity_keys = {
+            rules.key(name): id_ for id_, name in names.items() if id_ not in checked._held_apart
+        }
     key, owner = rules.key(record["alias"]), record["entity_id"]
     if not key:
         raise problem(number, "alias", "has no letters or digits to name an entity by")

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from ..db.validation import checked_session_id
 from ..model.names import FOLD_V1, KEY_RULES, KeyRules
+from ..retention.carrying import checked_carried
 from .checks import (
     CURRENT_RULES,
     KINDS,
@@ -49,13 +50,15 @@ def write_session(
     session_id: str,
     records: Iterable[dict[str, Any]],
     key_rules: KeyRules | None = None,
+    retention: dict[str, Any] | None = None,
 ) -> int:
     """Write one session's records and the end line; returns the number of lines. The
-    header names the session's ``key_rules`` (those its keys were made with)."""
+    header names the session's ``key_rules`` (those its keys were made with) and carries
+    its ``retention`` policy (:mod:`retention.carrying`), if any."""
     digest = hashlib.sha256()
     counts = dict.fromkeys(KINDS, 0)
     lines = 0
-    for record in _with_header(session_id, records, key_rules):
+    for record in _with_header(session_id, records, key_rules, retention):
         text = _line(record)
         out.write(text)
         digest.update(text.encode("utf-8"))
@@ -66,11 +69,16 @@ def write_session(
 
 
 def _with_header(
-    session_id: str, records: Iterable[dict[str, Any]], key_rules: KeyRules | None
+    session_id: str,
+    records: Iterable[dict[str, Any]],
+    key_rules: KeyRules | None,
+    retention: dict[str, Any] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    header = {"kind": "session", "session_id": session_id, "format": FORMAT_VERSION}
+    header: dict[str, Any] = {"kind": "session", "session_id": session_id, "format": FORMAT_VERSION}
     if key_rules is not None:
         header["key_rules"] = key_rules.name
+    if retention:
+        header["retention"] = retention
     yield header
     yield from records
 
@@ -80,6 +88,7 @@ def write_session_file(
     session_id: str,
     records: Iterable[dict[str, Any]],
     key_rules: KeyRules | None = None,
+    retention: dict[str, Any] | None = None,
 ) -> int:
     """Write one session to ``path`` atomically: into a temporary file beside it, synced,
     then renamed over it. If anything fails, ``path`` is untouched (an older backup
@@ -90,7 +99,7 @@ def write_session_file(
     )
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            lines = write_session(out, session_id, records, key_rules)
+            lines = write_session(out, session_id, records, key_rules, retention)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, target)
@@ -161,6 +170,7 @@ def check_session(lines: Iterable[str], *, allow_unverified: bool = False) -> Ch
             checked.session_id = record["session_id"]
             checked.version = version
             checked.key_rules = _header_rules(record, version)
+            checked.retention = _header_retention(record)
         elif isinstance(record, dict) and record.get("kind") == "end" and version >= 2:
             end = record
             continue
@@ -218,6 +228,17 @@ def _header_rules(header: dict[str, Any], version: int) -> tuple[KeyRules, ...]:
     if rules is None or rules is FOLD_V1:
         raise ImportFormatError(f"line 1: field 'key_rules' names no key rules: {name!r}")
     return (rules,)
+
+
+def _header_retention(header: dict[str, Any]) -> dict[str, Any]:
+    """The retention policy a header carries ({} for none), checked as ``set_retention``
+    checks it."""
+    if "retention" not in header:
+        return {}
+    try:
+        return checked_carried(header["retention"])
+    except (TypeError, ValueError) as exc:
+        raise ImportFormatError(f"line 1: field 'retention': {exc}") from None
 
 
 def _check_end(end: dict[str, Any] | None, number: int, checked: CheckedFile, sha256: str) -> None:

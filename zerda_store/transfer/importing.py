@@ -46,6 +46,19 @@ class ImportStatements:
             sa.select(sa.or_(holds(turns), holds(entities)).label("found")), dialect
         )
         self.turns = RowsInsert(dialect, turns, _insert_unless_key_used)
+        # A turn of the session saved at the same time with the same texts: the file (or an
+        # export of the same session) was merged in before.
+        self.same_turn = compile_statement(
+            sa.select(turns.c.id)
+            .where(
+                turns.c.session_id == session_param(),
+                turns.c.created_at == sa.bindparam("created_at", type_=turns.c.created_at.type),
+                turns.c.input_text == sa.bindparam("input_text", type_=turns.c.input_text.type),
+                turns.c.output_text == sa.bindparam("output_text", type_=turns.c.output_text.type),
+            )
+            .limit(1),
+            dialect,
+        )
         # Postgres: every statement of the import's transaction planned for its own values,
         # the foreign-key checks of its rows included. A check's plan is otherwise made once
         # per connection and kept; made while a new database's tables were nearly empty, it
@@ -119,7 +132,7 @@ class Importer:
             if key_rules is not None:
                 check_key_rules(transaction, identity, session_id, key_rules, time.time())
             writer = SessionWriter(transaction, session_id, *inserts)
-            writer.keyed(key_rules, identity, merging=merge)
+            writer.keyed(key_rules, identity, merging=merge, same_turn=self._statements.same_turn)
             for kind, batch in _batches(records):
                 writer.write(kind, batch)
             return writer.counts

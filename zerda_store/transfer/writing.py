@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+from ..db.driver import Runnable
 from ..db.unit_of_work import Transaction
 from ..errors import StoreError
 from ..identity.rules import identify
@@ -44,17 +45,27 @@ class SessionWriter:
         self._keys: dict[str, str] = {}  # new key -> name, to find a collision
         self.counts = {"turns": 0, "entities": 0, "contexts": 0}
         self._merging = False
+        self._same_turn: Runnable | None = None
         # Entities of the session that entities of the file joined by an alias, and the
         # turns they have a snippet of: one snippet per entity and turn, as a merge keeps.
         self._joined: set[int] = set()
         self._joined_turns: set[tuple[int, int]] = set()
 
-    def keyed(self, rules: KeyRules | None, identity: IdentityStatements, *, merging: bool) -> None:
+    def keyed(
+        self,
+        rules: KeyRules | None,
+        identity: IdentityStatements,
+        *,
+        merging: bool,
+        same_turn: Runnable | None = None,
+    ) -> None:
         """Key entities and aliases with ``rules`` (None: keep the file's entity keys, key
-        aliases with the default rules); ``merging``: into a session that may hold data."""
+        aliases with the default rules); ``merging``: into a session that may hold data,
+        where ``same_turn`` finds the file's first turn if the session holds it already."""
         self._rules = rules
         self._identity = identity
         self._merging = merging
+        self._same_turn = same_turn if merging else None
 
     def write(self, kind: str, batch: list[dict[str, Any]]) -> None:
         if kind == "turn":
@@ -75,6 +86,8 @@ class SessionWriter:
         turn_insert, _, _, outcome_insert = self._inserts
         session_id = self._session_id
         records = sorted(records, key=lambda r: r["id"])
+        if self._same_turn is not None:
+            self._refuse_repeat(records[0])
         rows = [
             turn_row(
                 session_id,
@@ -97,6 +110,26 @@ class SessionWriter:
         outcomes = [_outcome_row(session_id, mapped[r["id"]], r) for r in records]
         self._run(outcome_insert, outcomes)
         self.counts["turns"] += len(records)
+
+    def _refuse_repeat(self, first: dict[str, Any]) -> None:
+        """A merge whose first turn the session holds (saved at the same time, with the
+        same texts) is refused: the file, or another export of the same turns, was merged
+        before, and a second merge would hold every turn twice."""
+        statement = self._same_turn
+        assert statement is not None
+        self._same_turn = None
+        values = {
+            "session_id": self._session_id,
+            "created_at": first["created_at"],
+            "input_text": first["input_text"],
+            "output_text": first["output_text"],
+        }
+        if self._transaction.run(statement, values):
+            raise StoreError(
+                f"session {self._session_id!r} already holds the file's first turn (saved "
+                "at the same time, with the same texts): the file was merged before; "
+                "nothing was imported"
+            )
 
     def _write_entities(self, records: list[dict[str, Any]]) -> None:
         if self._seq is None:

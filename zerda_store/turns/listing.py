@@ -63,10 +63,11 @@ class Listings:
             by_entities = {row[0]: row for row in connection.execute(entity_counts)}
         return by_turns, by_entities
 
-    def sessions(self) -> list[SessionSummary]:
-        """Every session that holds turns or entities that show, by session id."""
+    def sessions(self, *, include_expired: bool = False) -> list[SessionSummary]:
+        """Every session that holds turns or entities that show, by session id
+        (``include_expired``: every session that holds any, with the counts stored)."""
         by_turns, by_entities = self._counts()
-        limited = self._policies.any_rules()
+        limited = not include_expired and self._policies.any_rules()
         summaries = []
         for session_id in sorted(by_turns.keys() | by_entities.keys()):
             turn_row, entity_row = by_turns.get(session_id), by_entities.get(session_id)
