@@ -68,5 +68,5 @@ def test_a_destructive_command_dry_run_changes_nothing_and_yes_goes_ahead(popula
 def test_db_downgrade_dry_run_says_what_it_drops_and_drops_nothing(populated):
     result = json_of(invoke(populated, "db", "downgrade", "0009", "--dry-run", "--json"))
 
-    assert result["dry_run"] is True and result["undone"] == ["0010"]
+    assert result["dry_run"] is True and result["undone"] == ["0011", "0010"]
     assert "(head)" in succeeded(invoke(populated, "db", "current")).stdout
