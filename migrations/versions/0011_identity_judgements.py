@@ -5,7 +5,8 @@
 entities (their keys in sorted order) per session; the primary key leads with
 ``session_id`` (tables distributed by session on Citus). A new table only: the previous
 release never reads it, so the upgrade is safe under live writes, and a downgrade drops
-it (the judgements are lost; merges made by confirmations stay in the merge log).
+it (the judgements are lost; merges made by confirmations stay in the merge log). On a
+database Citus distributes already, the new table is distributed by session too.
 
 Revision ID: 0011
 Revises: 0010
@@ -39,6 +40,30 @@ def upgrade() -> None:
         sa.Column("decided_by", sa.String(SESSION_ID_LENGTH), nullable=False),
         sa.Column("decided_at", sa.Double(), nullable=False),
         sa.PrimaryKeyConstraint("session_id", "key_a", "key_b", name="pk_identity_judgements"),
+    )
+    if _turns_distributed():
+        # A database distributed by `db distribute` before this revision: the new table is
+        # distributed as that command would have, co-located with the session's turns.
+        op.execute(
+            "SELECT create_distributed_table('identity_judgements', 'session_id', "
+            "colocate_with => 'turns')"
+        )
+
+
+def _turns_distributed() -> bool:
+    """Whether Citus distributes the ``turns`` table of the schema being upgraded."""
+    bind = op.get_bind()
+    if bind.dialect.name != "postgresql":
+        return False
+    if not bind.exec_driver_sql(
+        "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+    ).scalar():
+        return False
+    return bool(
+        bind.exec_driver_sql(
+            "SELECT EXISTS (SELECT FROM pg_dist_partition"
+            " WHERE logicalrelid = to_regclass('turns'))"
+        ).scalar()
     )
 
 
