@@ -63,6 +63,8 @@ class Writer:
     # Seconds between one writer's turns (a chat service's users pause; 0: flat out).
     pause: float = 0.0
     acknowledged: list[tuple[str, str]] = field(default_factory=list)
+    # When each turn was acknowledged (time.monotonic()), by key.
+    when: dict[str, float] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     missed_reads: int = 0
     slowest: float = 0.0
@@ -83,6 +85,7 @@ class Writer:
                 key = f"w{self.number}-t{turn}"
                 self._deliver(memory, key)
                 self.acknowledged.append((memory.session_id, key))
+                self.when[key] = time.monotonic()
                 recalled = self._timed(memory.load_memory_variables, {"input": NAMES[0]})
                 if f"[{key}]" not in recalled[memory.memory_key]:
                     self.missed_reads += 1
@@ -150,11 +153,11 @@ def _grow_and_shrink(
             thread.start()
         try:
             time.sleep(settle)
-            began = time.monotonic()
+            began = started = time.monotonic()
             added = running.add_node()
             nodes.add_worker(admin, added, _say)
             nodes.rebalance(admin, _say)
-            steps["worker added and shards rebalanced in"] = f"{time.monotonic() - began:.1f} s"
+            steps["worker added and shards rebalanced"] = _span(started, began)
             time.sleep(settle)
             removed = running.workers()[0]
             began = time.monotonic()
@@ -178,7 +181,20 @@ def _grow_and_shrink(
         for (name,) in rows(running.url(removed), "SELECT relname FROM pg_class")
         if SHARD_TABLE.match(str(name))
     ]
-    return _check(writers, stored, layout, f"{removed.host}:{removed.port}", left_tables, steps)
+    outcome = _check(writers, stored, layout, f"{removed.host}:{removed.port}", left_tables, steps)
+    lost = sorted(Counter(p for w in writers for p in w.acknowledged) - stored)
+    when = {key: moment for w in writers for key, moment in w.when.items()}
+    if lost:
+        outcome.figures["lost turns acknowledged at"] = ", ".join(
+            f"{key} +{when[key] - started:.1f} s" for _, key in lost[:10]
+        )
+    return outcome
+
+
+def _span(started: float, began: float) -> str:
+    """A step's time, and when it ran (seconds after the first step began)."""
+    now = time.monotonic()
+    return f"{now - began:.1f} s (+{began - started:.1f} s to +{now - started:.1f} s)"
 
 
 def _say(line: str) -> None:
