@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -189,6 +191,26 @@ def _loader(side: ZerdaTurns, blocks: list[list[Query]]) -> Callable[[int], floa
     return lambda r: _timed_block(side.load, blocks[r])
 
 
+# One statement that reaches a shard, and one that does not (the coordinator alone): the
+# floor under every statement of a save or a recall through the coordinator.
+ROUTED = "SELECT id FROM turns WHERE session_id = %s AND id = 1"
+LOCAL = "SELECT 1"
+
+
+def statement_floor(database: Database, statement: str, count: int = 1500) -> float:
+    """Median seconds of one prepared statement, run alone on one connection."""
+    import psycopg
+
+    values = ("customer-1",) if "%s" in statement else None
+    with psycopg.connect(database.address, autocommit=True) as connection:
+        times = []
+        for _ in range(100 + count):
+            started = time.perf_counter()
+            connection.execute(statement, values, prepare=True).fetchall()
+            times.append(time.perf_counter() - started)
+    return statistics.median(times[100:])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--coordinator", default=os.environ.get("ZERDA_BENCH_CITUS_URL"))
@@ -202,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         plain_database(POSTGRES_ADMIN_URL) as plain,
     ):
         figures = compare(citus, plain, args.turns, args.rounds, args.sessions)
+        floors = {
+            what: (statement_floor(citus, statement), statement_floor(plain, statement))
+            for what, statement in (("routed to a shard", ROUTED), ("on the coordinator", LOCAL))
+        }
     load = os.getloadavg()[0]
     print(
         f"{args.sessions} session(s) from {SESSION!r}, {args.turns} turns in {args.rounds} "
@@ -214,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{what} per turn: citus {figures[f'citus_{what}'] * 1e3:.2f} ms, "
             f"plain {figures[f'plain_{what}'] * 1e3:.2f} ms, ratio {ratio:.2f}× ({verdict})"
         )
+    for what, (on_citus, on_plain) in floors.items():
+        print(f"one statement {what}: citus {on_citus * 1e6:.0f} µs, plain {on_plain * 1e6:.0f} µs")
     return 0
 
 

@@ -162,7 +162,7 @@ def _grow_and_shrink(
             removed = running.workers()[0]
             began = time.monotonic()
             nodes.drain(admin, f"{removed.host}:{removed.port}", _say)
-            steps["worker drained, cleaned up and removed in"] = f"{time.monotonic() - began:.1f} s"
+            steps["worker drained, cleaned up and removed"] = _span(started, began)
             time.sleep(settle)
         finally:
             stop.set()
