@@ -60,7 +60,8 @@ def add_worker(obj: Context, address: str, no_rebalance: bool) -> None:
 def rebalance(obj: Context) -> None:
     """Even out the shards over the workers (citus_rebalance_start, shard_transfer_mode
     'auto': writes pause only for each move's last catch-up), printing the job's progress
-    until it finishes."""
+    until it finishes, then drop the copies the moves left behind
+    (citus_cleanup_orphaned_resources: they hold the moved sessions' rows)."""
     from ..db import nodes as cluster
 
     store = obj.changing_store()

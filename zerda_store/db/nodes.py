@@ -8,7 +8,9 @@ behind and checks what they need first:
   replication (``shard_transfer_mode => 'auto'``): writes to a moving shard group pause
   only for its last catch-up, where ``block_writes`` stops them for the whole copy;
 - a rebalance (``citus_rebalance_start``) runs as Citus's background job, whose progress
-  is read from ``citus_rebalance_status()`` until it finishes or fails;
+  is read from ``citus_rebalance_status()`` until it finishes or fails; then the copies
+  its moves left on the source workers are dropped (they hold the moved sessions' rows,
+  which an erasure does not reach);
 - a drain marks the node ``shouldhaveshards = false`` and moves its shards off as a
   background job (what ``citus_drain_node`` does, with progress), then drops the copies a
   move leaves behind (``CALL citus_cleanup_orphaned_resources()``) until no cleanup record
@@ -172,7 +174,8 @@ def rebalance(
     store: Store, say: Say, *, drain_only: bool = False, poll: float = 1.0
 ) -> Progress | None:
     """Move shards (``citus_rebalance_start``, ``shard_transfer_mode => 'auto'``) and wait for
-    the job, saying its progress; None when nothing needed to move. ``drain_only``: move
+    the job, saying its progress, then drop the copies moves left behind (:func:`clean_up`);
+    None when nothing needed to move. ``drain_only``: move
     only the shards of nodes marked ``shouldhaveshards = false``. A failed or cancelled job
     is a :class:`StoreError`."""
     with _autocommit(store) as connection:
@@ -183,10 +186,27 @@ def rebalance(
             ),
             {"drain_only": drain_only},
         ).scalar()
-        if job_id is None:
-            say("no shard needs to move")
-            return None
-        return _wait(connection, int(job_id), say, poll)
+        progress = None if job_id is None else _wait(connection, int(job_id), say, poll)
+    if progress is None:
+        say("no shard needs to move")
+    clean_up(store, say)
+    return progress
+
+
+def clean_up(store: Store, say: Say) -> int:
+    """Drop the copies moves left behind (``CALL citus_cleanup_orphaned_resources()``): they
+    hold the moved sessions' rows, which an erasure does not reach. Returns how many
+    remain (a copy a query still reads is dropped later, by Citus or the next call)."""
+    with _autocommit(store) as connection:
+        connection.exec_driver_sql("CALL citus_cleanup_orphaned_resources()")
+        left = int(connection.exec_driver_sql("SELECT count(*) FROM pg_dist_cleanup").scalar() or 0)
+    say(
+        f"{left} copies left behind by moves remain (a query still reads them): run "
+        "`zerda-store db citus rebalance` again later"
+        if left
+        else "no copy left behind by the moves"
+    )
+    return left
 
 
 def drain(store: Store, address: str, say: Say, *, poll: float = 1.0) -> Node:
