@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from .citus import citus
 from .common import (
     MAX_COUNT,
     Context,
@@ -94,7 +95,7 @@ def db() -> None:
     """Manage the database schema (Alembic migrations)."""
 
 
-for db_command in (distribute, db_downgrade, db_current, db_check, rekey, contract, grant):
+for db_command in (distribute, citus, db_downgrade, db_current, db_check, rekey, contract, grant):
     db.add_command(db_command)
 
 

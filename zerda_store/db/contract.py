@@ -11,7 +11,8 @@ schema with the defaults and the one without are current (``db check`` accepts e
 
 Refused, changing nothing, while entities without a core remain (``db rekey`` first), and
 at a revision other than head (``db upgrade`` first). On Postgres the defaults are dropped
-in one short transaction that waits briefly for the tables' locks and tries again (see
+in one short transaction that takes the tables' locks in the order saves do, waits
+briefly for them and tries again after a lock timeout or a deadlock (see
 :mod:`short_locks`); on SQLite the two tables are rebuilt (the views that read them are
 dropped and made again around the rebuild).
 """
@@ -35,6 +36,11 @@ COMPATIBILITY_DEFAULTS: tuple[tuple[str, str, Any], ...] = (
     ("contexts", "created_at", sa.Double()),
     ("entities", "core_key", sa.Text()),
 )
+# The order a save takes the tables' locks (the turn, its entities, their snippets, its ledger
+# row: :meth:`turns.repository.Repository.save_turn_work`). Each ALTER takes its table's
+# exclusive lock, so the contract takes them in this order too: the other order deadlocked
+# with the saves (on Citus, a distributed deadlock over the shards' locks).
+SAVE_LOCK_ORDER = ("session_key_rules", "turns", "entities", "contexts", "extractions")
 UNKEYED = "SELECT COUNT(*), COUNT(DISTINCT session_id) FROM entities WHERE core_key = ''"
 
 
@@ -116,10 +122,10 @@ def _contract_postgres(store: Store) -> list[str]:
 
 
 def _drop_postgres(connection: Connection) -> list[str]:
-    dropped = []
-    for table, column, _ in _with_default(connection):
+    found = _with_default(connection)
+    for table, column, _ in sorted(found, key=lambda default: SAVE_LOCK_ORDER.index(default[0])):
         connection.exec_driver_sql(f"ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT")
-        dropped.append(f"{table}.{column}")
+    dropped = [f"{table}.{column}" for table, column, _ in found]
     # Under the tables' locks now: no server of the previous release saves in between.
     _refuse_unkeyed(connection)
     return dropped

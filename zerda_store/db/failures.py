@@ -159,6 +159,18 @@ def is_lock_timeout(dialect: Dialect, error: BaseException) -> bool:
     return code == _SQLITE_BUSY or (code is None and "database is locked" in str(error))
 
 
+# Postgres's SQLSTATE for a deadlock; Citus reports a distributed deadlock (a cycle of waits
+# over several nodes, "canceling the transaction since it was involved in a distributed
+# deadlock") with it too.
+_PG_DEADLOCK = "40P01"
+
+
+def is_deadlock(error: BaseException) -> bool:
+    """True when the server broke a deadlock by cancelling this transaction (Postgres, or a
+    distributed deadlock that Citus found)."""
+    return getattr(error, "sqlstate", None) == _PG_DEADLOCK
+
+
 # SQLite's primary code for a write the file or connection does not allow.
 _SQLITE_READONLY = 8
 # Postgres's SQLSTATE for a write in a read-only transaction.

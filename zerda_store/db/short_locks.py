@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
 from ..errors import LockTimeoutError
-from .failures import is_lock_timeout
+from .failures import is_deadlock, is_lock_timeout
 
 logger = logging.getLogger("zerda_store.migrate")
 
@@ -57,15 +57,17 @@ def short_lock_waits(connection: Connection) -> Iterator[None]:
 def retrying_lock_timeouts(
     connection: Connection, run: Callable[[], None], where: Callable[[], str]
 ) -> None:
-    """Call ``run`` again, after a pause, while it stops on a ``lock_timeout``; give up with
-    :class:`LockTimeoutError` after ``RETRY_PAUSES``. ``where``: what was stopped (asked
+    """Call ``run`` again, after a pause, while it stops on a ``lock_timeout`` or is cancelled
+    to break a deadlock (on Citus, a distributed one: its waits span several nodes); give up
+    with :class:`LockTimeoutError` after ``RETRY_PAUSES``. ``where``: what was stopped (asked
     after the rollback), e.g. "db upgrade, the revision after 0005"."""
     for pause in (*RETRY_PAUSES, None):
         try:
             run()
             return
         except OperationalError as exc:
-            if exc.orig is None or not is_lock_timeout(connection.dialect, exc.orig):
+            why = _gave_way(connection, exc)
+            if why is None:
                 raise
             if connection.in_transaction():
                 connection.rollback()
@@ -73,12 +75,23 @@ def retrying_lock_timeouts(
                 raise LockTimeoutError(
                     f"{where()}: gave up after {len(RETRY_PAUSES) + 1} tries over "
                     f"{sum(RETRY_PAUSES):g} s: each waited {EXCLUSIVE_LOCK_TIMEOUT_MS} ms for a "
-                    "table's lock that another transaction kept (find it in pg_locks / "
-                    "pg_stat_activity); what was done is kept: run it again"
+                    "table's lock that another transaction kept, or deadlocked with one (find "
+                    "it in pg_locks / pg_stat_activity); what was done is kept: run it again"
                 ) from None
-            logger.warning(
-                "%s: a table's lock was not free within %d ms (another transaction holds it); "
-                "trying again in %g s",
-                where(), EXCLUSIVE_LOCK_TIMEOUT_MS, pause,
-            )  # fmt: skip
+            logger.warning("%s: %s; trying again in %g s", where(), why, pause)
             time.sleep(pause)
+
+
+def _gave_way(connection: Connection, exc: OperationalError) -> str | None:
+    """Why a step gave way and may run again (a lock wait ran out, or a deadlock was broken
+    by cancelling it), or None for any other failure."""
+    if exc.orig is None:
+        return None
+    if is_lock_timeout(connection.dialect, exc.orig):
+        return (
+            f"a table's lock was not free within {EXCLUSIVE_LOCK_TIMEOUT_MS} ms (another "
+            "transaction holds it)"
+        )
+    if connection.dialect.name == "postgresql" and is_deadlock(exc.orig):
+        return "it deadlocked with another transaction, which went on (the server chose it)"
+    return None
