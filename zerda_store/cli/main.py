@@ -127,13 +127,21 @@ def db_upgrade(
     if assumed:
         _check_assumptions(obj, normalized)
     report: list[dict[str, Any]] = []
+    ran: list[str] = []  # the revisions this run applied (another job may apply others)
     try:
-        migrate.upgrade(obj.store, revision, assume_normalized=assumed, report=report)
+        migrate.upgrade(obj.store, revision, assume_normalized=assumed, report=report, applied=ran)
     except BaseException:
         if report:  # committed before the failure: the merges made and how to undo them
             print_rekeyed(report, as_json, interrupted=True)
         raise
-    print_upgrade(report, migrate.current_revision(obj.store), as_json)
+    reached = migrate.current_revision(obj.store)
+    applied = migrate.revision_slugs(ran)
+    if not as_json:
+        for applied_revision, slug in applied:
+            print_text(f"applied {applied_revision} ({slug})")
+        if not applied:
+            click.echo("nothing to apply: the database was at that revision already")
+    print_upgrade(report, reached, as_json, applied=[rev for rev, _ in applied])
 
 
 # The revision whose upgrade decides how each session was keyed (entity identity).

@@ -91,6 +91,19 @@ def known_revisions() -> frozenset[str]:
     return frozenset(revision.revision for revision in script.walk_revisions())
 
 
+def revision_slugs(revisions: Collection[str]) -> list[tuple[str, str]]:
+    """Each of ``revisions`` with its file's slug (``0005``, ``retention``), oldest first."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    steps = [script.get_revision(revision) for revision in sorted(revisions)]
+    return [
+        (step.revision, Path(step.path).stem.partition("_")[2].replace("_", " "))
+        for step in steps
+        if step is not None
+    ]
+
+
 def downgrade_steps(store: Store, revision: str) -> list[tuple[str, str]]:
     """The revisions a downgrade of the database to ``revision`` undoes, newest first, each
     with its file's slug (``0005``, ``retention``); nothing is changed."""
@@ -136,6 +149,7 @@ def upgrade(
     *,
     assume_normalized: bool | Collection[str] = False,
     report: list[dict[str, Any]] | None = None,
+    applied: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Upgrade the schema (one process at a time; the others then find nothing to do).
 
@@ -170,6 +184,7 @@ def upgrade(
             _create_postgres_schema(connection, store.schema)
         config = alembic_config(connection)
         config.attributes[UPGRADE_REPORT] = report
+        config.attributes["applied"] = applied  # each revision this run applied, if given
         config.attributes[ASSUME_NORMALIZED] = (
             assume_normalized if isinstance(assume_normalized, bool) else set(assume_normalized)
         )
