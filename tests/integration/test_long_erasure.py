@@ -13,14 +13,14 @@ import sqlalchemy as sa
 
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.turns import erasure
+from zerda_store.turns import erasure_plan
 
 TURNS = 23  # more than four batches of five
 
 
 @pytest.fixture
 def small_batches(monkeypatch):
-    monkeypatch.setattr(erasure, "ERASURE_BATCH", 5, raising=False)
+    monkeypatch.setattr(erasure_plan, "ERASURE_BATCH", 5)
 
 
 def _named_in_many_turns(make_memory) -> ConversationEntityMemory:
