@@ -125,7 +125,9 @@ class AsyncMethods(MemoryCore):
         entities = await self._async_repository().list_entities(self.session_id, visible)
         return [entity.name for entity in entities]
 
-    async def aforget_entity(self, name: str, *, with_turns: bool = False) -> dict[str, Any]:
+    async def aforget_entity(
+        self, name: str, *, with_turns: bool = False, dry_run: bool = False
+    ) -> dict[str, Any]:
         """:meth:`forget_entity`, awaited."""
         key = self._key(name)
         await self._acheck_key_rules()
@@ -134,6 +136,7 @@ class AsyncMethods(MemoryCore):
             key,
             with_turns=with_turns,
             normalize=self.normalize_names,
+            dry_run=dry_run,
         )
         return asdict(receipt or ForgetReceipt())
 

@@ -82,7 +82,7 @@ class Erasure:
                 self.store.write(rolled_back(work), SessionLock(session_id, exclusive=True))
             except RolledBack as undone:
                 return undone.receipt
-        steps = self._forget_steps(session_id, key, with_turns, normalize)
+        steps, store = self._forget_steps(session_id, key, with_turns, normalize), self.store
         done: Any = None
         pause = 0.0
         while True:
@@ -92,18 +92,20 @@ class Erasure:
                 return finished.value  # type: ignore[no-any-return]
             time.sleep(pause)  # the waiting saves' turn, between two batches (SQLite)
             began = time.monotonic()
-            done = (
-                self.store.read(work, snapshot=True)
-                if lock is None
-                else self.store.write(work, lock)
-            )
-            pause = pause_after(self.store.dialect, lock, time.monotonic() - began)
+            done = store.write(work, lock) if lock else store.read(work, snapshot=True)
+            pause = pause_after(store.dialect, lock, time.monotonic() - began)
 
     async def aforget_entity(
-        self, session_id: str, key: str, *, with_turns: bool, normalize: bool
+        self, session_id: str, key: str, *, with_turns: bool, normalize: bool, dry_run: bool = False
     ) -> ForgetReceipt | None:
         """:meth:`forget_entity`, awaited."""
-        steps = self._forget_steps(session_id, key, with_turns, normalize)
+        if dry_run:
+            work = self._forget_work(session_id, key, with_turns, normalize, Done())
+            try:
+                await self.store.awrite(rolled_back(work), SessionLock(session_id, exclusive=True))
+            except RolledBack as undone:
+                return undone.receipt
+        steps, store = self._forget_steps(session_id, key, with_turns, normalize), self.store
         done: Any = None
         pause = 0.0
         while True:
@@ -113,12 +115,8 @@ class Erasure:
                 return finished.value  # type: ignore[no-any-return]
             await asyncio.sleep(pause)
             began = time.monotonic()
-            done = (
-                await self.store.aread(work, snapshot=True)
-                if lock is None
-                else await self.store.awrite(work, lock)
-            )
-            pause = pause_after(self.store.dialect, lock, time.monotonic() - began)
+            done = await (store.awrite(work, lock) if lock else store.aread(work, snapshot=True))
+            pause = pause_after(store.dialect, lock, time.monotonic() - began)
 
     def _forget_steps(
         self, session_id: str, key: str, with_turns: bool, normalize: bool
