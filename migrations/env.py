@@ -48,6 +48,14 @@ def _compared_default(
     return False if contracted and inspected_default is None else None
 
 
+def _record_applied(*, step, **_: object) -> None:
+    """Record each revision this run applied, for `db upgrade` to list (the caller's list
+    in ``config.attributes["applied"]``, if it gave one)."""
+    applied = config.attributes.get("applied")
+    if applied is not None and step.is_upgrade:
+        applied.extend(step.up_revision_ids)
+
+
 def run_migrations(connection: Connection) -> None:
     if (
         connection.dialect.name == "sqlite"
@@ -74,6 +82,7 @@ def run_migrations(connection: Connection) -> None:
         # commits each revision on its own, releasing its locks before the next.
         transaction_per_migration=connection.dialect.name == "postgresql",
         include_object=_included(connection.dialect.name),
+        on_version_apply=_record_applied,
     )
     if not config.attributes["online_ddl"]:
         with context.begin_transaction():

@@ -20,13 +20,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .model.names import (
-    MAX_NAME_LENGTH,
-    MAX_TYPE_LENGTH,
-    UNKNOWN_TYPE,
-    is_acceptable_name,
-    without_ignorables,
-)
+from .model.names import MAX_NAME_LENGTH, MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
+from .model.names import without_ignorables as _without_ignorables
 from .model.templates import filler
 from .telemetry import extraction as observed_extraction
 from .telemetry.operations import current as observed_operation
@@ -114,17 +109,13 @@ class LLMExtractor:
 
 
 def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
-    """The original's parsing of an LLM's answer: split on commas (the Arabic comma "،"
-    too: "أحمد، شركة النور" is two entities), strip, and drop fragments of two characters
-    or fewer."""
+    """The original's parsing: split on commas (and "،"), strip, drop fragments of 2 or less."""
     if not isinstance(response, str):
         raise TypeError(f"llm.{method} returned {type(response).__name__}, expected str")
     parts = response.replace("،", ",").split(",")
     if len(response) > 4 * MAX_NAME_LENGTH:  # past what 100 tokens make: checked, not cached
-        fragments = map(without_ignorables, parts)
-        return [ExtractedEntity(part) for part in fragments if len(part) > 2]
-    fragments = map(_cleaned, parts)
-    return _Parsed([_parsed_entity(part) for part in fragments if len(part) > 2])
+        return [ExtractedEntity(p) for p in map(_without_ignorables, parts) if len(p) > 2]
+    return _Parsed([_parsed_entity(p) for p in map(_cleaned, parts) if len(p) > 2])
 
 
 class _Parsed(list):  # type: ignore[type-arg]
@@ -132,10 +123,9 @@ class _Parsed(list):  # type: ignore[type-arg]
     unknown, so :func:`_coerce` passes them on unchecked."""
 
 
-# An entity is immutable, and a CRM's assistant meets the same names again and again.
+# An entity is immutable, and a CRM's assistant meets the same names (short ones) again.
 _parsed_entity = functools.lru_cache(maxsize=16384)(ExtractedEntity)
-# A fragment of an answer, or an extracted name, without what changes no letter.
-_cleaned = functools.lru_cache(maxsize=16384)(without_ignorables)
+_cleaned = functools.lru_cache(maxsize=16384)(_without_ignorables)
 
 
 async def extract_async(extractor: Extractor, text: str, executor: Executor | None) -> Any:

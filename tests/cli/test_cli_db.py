@@ -266,7 +266,14 @@ def test_concurrent_upgrades_apply_each_revision_once(postgres_admin, tmp_path: 
             assert job.returncode == 0, stderr
             assert "Traceback" not in stderr
             assert "already exists" not in stderr
-            assert stdout.strip() == f"database at revision {HEAD}"
+            assert stdout.strip().splitlines()[-1] == f"database at revision {HEAD}"
+        listed = [
+            line.split()[1]
+            for stdout, _ in outputs
+            for line in stdout.splitlines()
+            if line.startswith("applied ")
+        ]
+        assert sorted(listed) == sorted(revisions())  # each job lists what it applied
         applied = [
             match.group(1)
             for _, stderr in outputs

@@ -23,7 +23,11 @@ def _released(url: str) -> None:
 def test_db_upgrade_prints_each_merge_with_the_command_that_undoes_it(empty_database_url):
     _released(empty_database_url)
 
-    lines = succeeded(invoke(empty_database_url, "db", "upgrade")).stdout.splitlines()
+    printed = succeeded(invoke(empty_database_url, "db", "upgrade")).stdout.splitlines()
+    applied = [line for line in printed if line.startswith("applied ")]
+    assert applied[0] == "applied 0005 (retention)"  # each revision applied, oldest first
+    assert applied[-1].startswith(f"applied {migrate.head_revision()} ")
+    lines = printed[len(applied) :]
 
     undo = "zerda-store unmerge 1 --session crm"
     assert lines[0] == (
@@ -46,6 +50,7 @@ def test_db_upgrade_json_lists_the_sessions_and_their_merges(empty_database_url)
     report = json_of(invoke(empty_database_url, "db", "upgrade", "--json"))
 
     assert report["revision"] == migrate.head_revision()
+    assert report["applied"][0] == "0005" and report["applied"][-1] == migrate.head_revision()
     crm, exact = report["sessions"]
     assert (crm["session_id"], crm["key_rules"], crm["unsure"]) == ("crm", "fold-v2", False)
     assert crm["merges"] == [
@@ -129,3 +134,16 @@ def test_rekey_assuming_a_recorded_session_is_refused(empty_database_url):
             invoke(empty_database_url, "db", "rekey", "--assume-normalized", session_id)
         )
         assert why in line
+
+
+def test_db_upgrade_at_head_says_nothing_was_applied(empty_database_url):
+    _released(empty_database_url)
+    succeeded(invoke(empty_database_url, "db", "upgrade"))
+
+    again = succeeded(invoke(empty_database_url, "db", "upgrade")).stdout.splitlines()
+
+    assert again == [
+        "nothing to apply: the database was at that revision already",
+        f"database at revision {migrate.head_revision()}",
+    ]
+    assert json_of(invoke(empty_database_url, "db", "upgrade", "--json"))["applied"] == []

@@ -206,3 +206,15 @@ def test_a_held_apart_entity_named_as_another_entitys_alias_exports_and_imports(
     assert json_of(invoke(database_url, "alias", "list", "--session", "s-again", "--json")) == [
         {"entity": "Carol", "alias": "Bob", "source": "manual"}
     ]
+
+
+def test_copy_refuses_the_database_it_reads_as_its_destination(sqlite_url, tmp_path):
+    with ConversationEntityMemory(database_url=sqlite_url, session_id="s") as memory:
+        memory.save_context({"input": "Sarah Chen called."}, {"output": "Noted."})
+    database = Path(sqlite_url.removeprefix("sqlite:///"))
+    link = tmp_path / "same.db"
+    link.symlink_to(database)
+
+    for destination in (sqlite_url, f"sqlite:///{link}"):
+        line = one_line_error(invoke(sqlite_url, "copy", "--to", destination))
+        assert "a file of the database this command reads" in line

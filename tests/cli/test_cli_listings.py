@@ -43,7 +43,8 @@ STATS_KEYS = {
 
 
 def day(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """A time as the listings show it: in UTC, labelled so (the fourth hardening round)."""
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def newest_activity(url: str, session_id: str) -> float:

@@ -45,8 +45,8 @@ def test_prune_dry_run_reports_what_prune_then_deletes(populated):
 
 def test_retention_needs_exactly_one_scope_and_a_valid_duration(populated):
     assert "--session" in invoke(populated, "retention", "show").output
-    usage = invoke(populated, "retention", "set", "--default")  # no field: a usage error
-    assert usage.exit_code == 2 and "give --keep-last, --max-age or --session-idle" in usage.output
+    empty = invoke(populated, "retention", "set", "--default")
+    assert empty.exit_code == 2 and "give --keep-last, --max-age or --session-idle" in empty.output
     bad = invoke(populated, "retention", "set", "--default", "--max-age", "soon")
     assert bad.exit_code != 0 and "is not a duration" in bad.output
 

@@ -13,14 +13,14 @@ import sqlalchemy as sa
 
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.turns import erasure
+from zerda_store.turns import erasure_plan
 
 TURNS = 23  # more than four batches of five
 
 
 @pytest.fixture
 def small_batches(monkeypatch):
-    monkeypatch.setattr(erasure, "ERASURE_BATCH", 5, raising=False)
+    monkeypatch.setattr(erasure_plan, "ERASURE_BATCH", 5)
 
 
 def _named_in_many_turns(make_memory) -> ConversationEntityMemory:
@@ -106,3 +106,22 @@ def test_other_sessions_save_while_a_long_erasure_runs(sqlite_url, small_batches
         assert saved > 3
         assert len(other.chat_memory) == saved
         assert memory.list_entities() == ["Tom", "Omar"]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_dry_run_of_forget_says_what_it_would_delete_and_deletes_nothing(
+    make_memory, asynchronous
+):
+    import asyncio
+
+    memory = _named_in_many_turns(make_memory)
+    before = (memory.list_entities(), len(memory.chat_memory))
+
+    if asynchronous:
+        planned = asyncio.run(memory.aforget_entity("Sarah", with_turns=True, dry_run=True))
+    else:
+        planned = memory.forget_entity("Sarah", with_turns=True, dry_run=True)
+
+    assert (planned["entities"], planned["turns_deleted"]) == (1, TURNS)
+    assert (memory.list_entities(), len(memory.chat_memory)) == before
+    assert memory.forget_entity("Sarah", with_turns=True) == planned

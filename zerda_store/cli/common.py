@@ -267,10 +267,12 @@ def plural(count: int, noun: str) -> str:
 
 
 def when(timestamp: float | None) -> str:
+    """A stored time as an operator reads it, in UTC and saying so (``--json`` gives the
+    epoch seconds stored)."""
     if timestamp is None:
         return "-"
     moment = dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:

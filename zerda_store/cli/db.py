@@ -111,9 +111,11 @@ def print_rekeyed(report: Sequence[dict[str, Any]], as_json: bool, **extra: Any)
         )
 
 
-def print_upgrade(report: Sequence[dict[str, Any]], revision: str | None, as_json: bool) -> None:
+def print_upgrade(
+    report: Sequence[dict[str, Any]], revision: str | None, as_json: bool, **extra: Any
+) -> None:
     """What ``db upgrade`` did (:func:`print_rekeyed`), then the revision reached."""
-    print_rekeyed(report, as_json, revision=revision)
+    print_rekeyed(report, as_json, revision=revision, **extra)
     if not as_json:
         click.echo(f"database at revision {revision}")
 

@@ -33,7 +33,7 @@ from .db import contract, distribute, grant, print_rekeyed, print_upgrade, rekey
 from .extraction import models, reextract
 from .identity import alias, merge, merges, similar, similar_listing, unmerge
 from .retention import prune, retention
-from .schema import db_check, db_current, db_downgrade
+from .schema import check_assumptions, db_check, db_current, db_downgrade, revision_slugs
 from .transfer import copy, export_command, import_command
 
 # The environment variable of the database URL (``db.urls.DATABASE_URL_ENV``, which a
@@ -127,43 +127,23 @@ def db_upgrade(
 
     assumed = True if assume_all_normalized else set(normalized)
     if assumed:
-        _check_assumptions(obj, normalized)
+        check_assumptions(obj, normalized)
     report: list[dict[str, Any]] = []
+    ran: list[str] = []  # the revisions this run applied (another job may apply others)
     try:
-        migrate.upgrade(obj.store, revision, assume_normalized=assumed, report=report)
+        migrate.upgrade(obj.store, revision, assume_normalized=assumed, report=report, applied=ran)
     except BaseException:
         if report:  # committed before the failure: the merges made and how to undo them
             print_rekeyed(report, as_json, interrupted=True)
         raise
-    print_upgrade(report, migrate.current_revision(obj.store), as_json)
-
-
-# The revision whose upgrade decides how each session was keyed (entity identity).
-_KEYING_REVISION = "0006"
-
-
-def _check_assumptions(obj: Context, sessions: tuple[str, ...]) -> None:
-    """Refuse --assume-normalized where it would change nothing: on a database whose
-    upgrade across revision 0006 is done (or never began: no database there), or for a
-    session that holds no data (a misspelt id)."""
-    from ..admin import AdminRepository
-    from ..db import migrate
-
-    current = migrate.current_revision(obj.store) if obj.database_files_exist() else None
-    if current is None or current >= _KEYING_REVISION:
-        where = f"at revision {current}" if current else "without zerda_store's schema"
-        raise click.UsageError(
-            f"--assume-normalized applies to an upgrade from before revision "
-            f"{_KEYING_REVISION}, and the database is {where}: it would change nothing "
-            "(for sessions the previous release saved since the upgrade: `zerda-store db "
-            "rekey --assume-normalized SESSION`)"
-        )
-    missing = sorted(set(sessions) - AdminRepository(obj.store).sessions_holding_data(sessions))
-    if missing:
-        raise click.UsageError(
-            f"--assume-normalized names no session of this database: {', '.join(missing)} "
-            "(misspelt?); nothing was upgraded"
-        )
+    reached = migrate.current_revision(obj.store)
+    applied = revision_slugs(ran)
+    if not as_json:
+        for applied_revision, slug in applied:
+            print_text(f"applied {applied_revision} ({slug})")
+        if not applied:
+            click.echo("nothing to apply: the database was at that revision already")
+    print_upgrade(report, reached, as_json, applied=[rev for rev, _ in applied])
 
 
 # -- inspection ---------------------------------------------------------------------------

@@ -5,6 +5,8 @@ on a terminal and needs ``--yes`` anywhere else."""
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
+from pathlib import Path
 
 import click
 
@@ -118,3 +120,46 @@ def db_check(obj: Context, as_json: bool) -> None:
         click.echo(json.dumps({"revision": current, "matches": True}))
         return
     click.echo("schema matches the code")
+
+
+# The revision whose upgrade decides how each session was keyed (entity identity).
+_KEYING_REVISION = "0006"
+
+
+def check_assumptions(obj: Context, sessions: tuple[str, ...]) -> None:
+    """Refuse --assume-normalized where it would change nothing: on a database whose
+    upgrade across revision 0006 is done (or never began: no database there), or for a
+    session that holds no data (a misspelt id)."""
+    from ..admin import AdminRepository
+    from ..db import migrate
+
+    current = migrate.current_revision(obj.store) if obj.database_files_exist() else None
+    if current is None or current >= _KEYING_REVISION:
+        where = f"at revision {current}" if current else "without zerda_store's schema"
+        raise click.UsageError(
+            f"--assume-normalized applies to an upgrade from before revision "
+            f"{_KEYING_REVISION}, and the database is {where}: it would change nothing "
+            "(for sessions the previous release saved since the upgrade: `zerda-store db "
+            "rekey --assume-normalized SESSION`)"
+        )
+    missing = sorted(set(sessions) - AdminRepository(obj.store).sessions_holding_data(sessions))
+    if missing:
+        raise click.UsageError(
+            f"--assume-normalized names no session of this database: {', '.join(missing)} "
+            "(misspelt?); nothing was upgraded"
+        )
+
+
+def revision_slugs(revisions: Collection[str]) -> list[tuple[str, str]]:
+    """Each of ``revisions`` with its file's slug (``0005``, ``retention``), oldest first."""
+    from alembic.script import ScriptDirectory
+
+    from ..db.migrate import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config())
+    steps = [script.get_revision(revision) for revision in sorted(revisions)]
+    return [
+        (step.revision, Path(step.path).stem.partition("_")[2].replace("_", " "))
+        for step in steps
+        if step is not None
+    ]

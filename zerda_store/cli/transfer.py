@@ -169,7 +169,11 @@ def copy(
     again to finish it.
     """
     from ..db import migrate
+    from ..db.urls import resolve_url
 
+    target = resolve_url(destination)
+    if target.get_backend_name() == "sqlite" and target.database not in (None, "", ":memory:"):
+        obj.refuse_own_file(str(target.database))
     source = obj.reader()
     ids = [session_id] if session_id else source.session_ids(include_expired=include_expired)
     if session_id:

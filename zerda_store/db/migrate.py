@@ -24,7 +24,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import PermissionDeniedError, SchemaNotCurrentError, StoreError
+from ..errors import PermissionDeniedError, SchemaNotCurrentError
 from . import statistics
 from .engine import Store
 from .failures import is_permission_denied
@@ -34,6 +34,7 @@ from .survey import (
     Survey,
     hidden_schema_error,
     not_ours_error,
+    record_behind_tables,
     require_ours,
     survey,
     taken_names_error,
@@ -136,6 +137,7 @@ def upgrade(
     *,
     assume_normalized: bool | Collection[str] = False,
     report: list[dict[str, Any]] | None = None,
+    applied: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Upgrade the schema (one process at a time; the others then find nothing to do).
 
@@ -170,6 +172,7 @@ def upgrade(
             _create_postgres_schema(connection, store.schema)
         config = alembic_config(connection)
         config.attributes[UPGRADE_REPORT] = report
+        config.attributes["applied"] = applied  # each revision this run applied, if given
         config.attributes[ASSUME_NORMALIZED] = (
             assume_normalized if isinstance(assume_normalized, bool) else set(assume_normalized)
         )
@@ -179,23 +182,11 @@ def upgrade(
             if store.dialect != "postgresql":
                 report.clear()
             if isinstance(exc, DBAPIError) and "already exists" in str(exc.orig):
-                raise _record_behind_tables(store, found.revision, exc) from None
+                raise record_behind_tables(store, found.revision, exc) from None
             raise
     if found.revision is not None and current_revision(store) != found.revision:
         statistics.analyze(store)  # the revisions' data steps may have rewritten many rows
     return report
-
-
-def _record_behind_tables(store: Store, revision: str | None, exc: DBAPIError) -> StoreError:
-    """An upgrade that met a table or index of a later revision: the version record was
-    set back by hand (or restored apart from the tables). Nothing was changed."""
-    return SchemaNotCurrentError(
-        f"the database {store.safe_url} records revision {revision}, but holds what a later "
-        f"revision makes ({store.describe(exc)}): its version record does not match its "
-        f"tables (set back by hand?){'; nothing was changed' if store.dialect == 'sqlite' else ''}. "
-        "Set the record to the revision the tables are at (`alembic stamp REVISION`), or "
-        "restore the database whole"
-    )
 
 
 @contextmanager

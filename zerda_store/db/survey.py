@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import NotAStoreDatabaseError, SchemaNotCurrentError
+from ..errors import NotAStoreDatabaseError, SchemaNotCurrentError, StoreError
 from .engine import Store
 from .failures import database_error
 from .schema import contexts, entities, metadata, turns
@@ -190,3 +190,15 @@ def require_ours(store: Store, found: Survey, known: Collection[str]) -> str:
     if found.revision not in known:
         raise unknown_revision_error(store, found)
     return found.revision
+
+
+def record_behind_tables(store: Store, revision: str | None, exc: DBAPIError) -> StoreError:
+    """An upgrade that met a table or index of a later revision: the version record was
+    set back by hand (or restored apart from the tables). Nothing was changed."""
+    return SchemaNotCurrentError(
+        f"the database {store.safe_url} records revision {revision}, but holds what a later "
+        f"revision makes ({store.describe(exc)}): its version record does not match its "
+        f"tables (set back by hand?){'; nothing was changed' if store.dialect == 'sqlite' else ''}. "
+        "Set the record to the revision the tables are at (`alembic stamp REVISION`), or "
+        "restore the database whole"
+    )

@@ -134,7 +134,9 @@ class AsyncMethods(MemoryCore):
         return [entity.name for entity in entities]
 
     @observed(DELETE, done=counts)
-    async def aforget_entity(self, name: str, *, with_turns: bool = False) -> dict[str, Any]:
+    async def aforget_entity(
+        self, name: str, *, with_turns: bool = False, dry_run: bool = False
+    ) -> dict[str, Any]:
         """:meth:`forget_entity`, awaited."""
         key = self._key(name)
         await self._acheck_key_rules()
@@ -143,6 +145,7 @@ class AsyncMethods(MemoryCore):
             key,
             with_turns=with_turns,
             normalize=self.normalize_names,
+            dry_run=dry_run,
         )
         return asdict(receipt or ForgetReceipt())
 
