@@ -217,6 +217,7 @@ def _rule(url: str, *scope: str) -> dict:
     return {k: shown[k] for k in ("keep_last", "max_age", "session_idle")}
 
 
+@pytest.mark.fans_out  # lists or copies every session
 def test_copy_carries_the_default_and_the_sessions_policies(aged, tmp_path):
     succeeded(invoke(aged, "retention", "set", "--default", "--keep-last", "5"))
     target = f"sqlite:///{tmp_path / 'copy.db'}"
@@ -266,6 +267,7 @@ def test_an_import_keeps_the_sources_default_as_the_sessions_own_policy(kept_two
 # -- the fourth hardening round: erasure reaches what expired but is not pruned ---------------
 
 
+@pytest.mark.fans_out  # lists or copies every session
 def test_forget_with_turns_erases_an_expired_session_as_the_api_does(idle, tmp_path):
     listed = json_of(invoke(idle, "sessions", "--include-expired", "--json"))
     assert [s["session_id"] for s in listed] == ["f", "i"]

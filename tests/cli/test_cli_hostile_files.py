@@ -126,6 +126,7 @@ def _resealed(lines: list[str]) -> str:
     return out.getvalue()
 
 
+@pytest.mark.fans_out  # lists or copies every session
 def test_an_export_with_its_turns_out_of_order_is_refused(shared_populated, tmp_path):
     path = tmp_path / "acme.jsonl"
     lines = [line + "\n" for line in export_file(shared_populated, "acme", path)]

@@ -31,6 +31,7 @@ JSON_COMMANDS = [
 ]
 
 
+@pytest.mark.fans_out  # lists or copies every session
 @pytest.mark.parametrize("args", JSON_COMMANDS, ids=" ".join)
 def test_json_prints_json_only(shared_populated, args):
     result = succeeded(invoke(shared_populated, *args))
