@@ -30,7 +30,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.db import distribution
+from zerda_store.db.citus import distribution
 
 from .databases import POSTGRES_ADMIN_URL, Database
 from .turns import SESSION, ZerdaTurns, _blocks, _timed_block

@@ -3,7 +3,7 @@ schemas in one database named ``zerda_bench_<random>``, all at zerda_store's hea
 and all removed at the end.
 
 Both zerda_store and the raw-driver floors run on the tables that
-``zerda_store.db.migrate.upgrade`` creates, so they share every table and index.
+``zerda_store.db.migration.migrate.upgrade`` creates, so they share every table and index.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from zerda_store import migrate
-from zerda_store.db import short_locks
-from zerda_store.db.contract import COMPATIBILITY_DEFAULTS
-from zerda_store.db.engine import Store
+from zerda_store.db.migration import lock_waits
+from zerda_store.db.migration.contract import COMPATIBILITY_DEFAULTS
 from zerda_store.db.schema import metadata
+from zerda_store.db.store import Store
 
 config = context.config
 
@@ -65,7 +65,7 @@ def run_migrations(connection: Connection) -> None:
         # cascade into the child tables and delete their rows.
         raise RuntimeError(
             "SQLite migrations must run with foreign keys off: use `zerda-store db upgrade` "
-            "or zerda_store.db.migrate, which switch them off and check them afterwards"
+            "or zerda_store.db.migration.migrate, which switch them off and check them afterwards"
         )
     # Handed over outside a transaction on Postgres, revisions may commit as they go (a
     # backfill in batches, a constraint validated apart): see 0005.
@@ -99,8 +99,8 @@ def run_migrations(connection: Connection) -> None:
     # The transactions of the revisions wait briefly for a table's lock (reads and writes
     # queue behind a waiting request), and the revisions run again after a pause when one
     # gave way: each goes on where it stopped.
-    with short_locks.short_lock_waits(connection):
-        short_locks.retrying_lock_timeouts(connection, run, stopped)
+    with lock_waits.short_lock_waits(connection):
+        lock_waits.retrying_lock_timeouts(connection, run, stopped)
 
 
 def run_from_command_line() -> None:

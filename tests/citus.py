@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from zerda_store import Store, migrate
-from zerda_store.db import distribution
+from zerda_store.db.citus import distribution
 
 CITUS_URL = os.environ.get("ZERDA_TEST_CITUS_URL")
 SHARDS = 4

@@ -37,7 +37,7 @@ from tests.doubles import (  # noqa: F401
     refused_port,
 )
 from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.db import settings
+from zerda_store.db.connections import settings
 
 REQUIRE_POSTGRES = os.environ.get("ZERDA_STORE_REQUIRE_POSTGRES") == "1"
 POOLER_MODE = os.environ.get("ZERDA_TEST_POOLER")

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .admin import AdminRepository
-    from .db import migrate
-    from .db.engine import Store
+    from .db.migration import migrate
+    from .db.store import Store
     from .errors import (
         CancelledAfterCommitError,
         CommitOutcomeUnknownError,
@@ -69,9 +69,9 @@ _HOMES = {
     "SessionNotEmptyError": "errors",
     "StanzaExtractor": "extraction",
     "StatementTimeoutError": "errors",
-    "Store": "db.engine",
+    "Store": "db.store",
     "StoreError": "errors",
-    "migrate": "db.migrate",
+    "migrate": "db.migration.migrate",
 }
 
 __all__ = [

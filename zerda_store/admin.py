@@ -16,7 +16,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .db.engine import Store
 from .db.schema import (
     ANY_SCOPE,
     contexts,
@@ -25,7 +24,7 @@ from .db.schema import (
     turns,
 )
 from .db.statistics import analyze_after
-from .db.validation import checked_session_id
+from .db.store import Store
 from .errors import SessionNotEmptyError
 from .model.names import KeyRules
 from .model.records import PendingTurn
@@ -39,6 +38,7 @@ from .transfer.importing import Importer
 from .turns.ledger import Ledger
 from .turns.listing import EntitySummary, Listings, SessionSummary
 from .turns.repository import Repository
+from .validation import checked_session_id
 
 
 @dataclass(frozen=True)

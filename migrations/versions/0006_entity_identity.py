@@ -218,7 +218,7 @@ def _report(outcomes: list[Any]) -> None:
 
 # Set by env.py: the revision runs in transactions of its own on Postgres.
 ONLINE_DDL = "online_ddl"
-# The session locks of the library's saves (`zerda_store.db.unit_of_work`): the re-keying
+# The session locks of the library's saves (`zerda_store.db.execution.unit_of_work`): the re-keying
 # of a session excludes the saves of the new release to it, as `db rekey` does.
 SESSION_LOCK = "SELECT pg_advisory_xact_lock(2053468787, hashtext(%(session_id)s))"
 NOT_NULL_CHECK = "ck_entities_core_key_rekeyed"

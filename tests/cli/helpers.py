@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from tests.doubles import BrokenLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory
 from zerda_store.cli import main
-from zerda_store.db.urls import DATABASE_URL_ENV
+from zerda_store.db.connections.urls import DATABASE_URL_ENV
 from zerda_store.model.names import name_key
 
 VOCABULARY = (

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, one_line_error
 from zerda_store import Store, migrate
-from zerda_store.db import contract
+from zerda_store.db.migration import contract
 from zerda_store.errors import ReadOnlyStoreError
 
 

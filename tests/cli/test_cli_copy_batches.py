@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, json_of, url_maker
 from tests.doubles import KeywordLLM, new_postgres_database
-from zerda_store.db import unit_of_work
+from zerda_store.db.execution import unit_of_work
 from zerda_store.transfer.importing import IMPORT_BATCH
 from zerda_store.turns.statements import ROWS_PER_STATEMENT
 

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
 from tests.doubles import new_postgres_database
 from zerda_store import Store, migrate
-from zerda_store.db import distribution
-from zerda_store.db.distribution import UNIQUE, Violation
+from zerda_store.db.citus import distribution
+from zerda_store.db.citus.distribution import UNIQUE, Violation
 
 PLAN = [
     "SELECT create_reference_table('retention_policies')",

@@ -17,7 +17,7 @@ from tests.cli.helpers import (
     populate,
     url_maker,
 )
-from zerda_store.db.urls import DATABASE_URL_ENV
+from zerda_store.db.connections.urls import DATABASE_URL_ENV
 
 
 def run(*args: str, url: str | None = None, stdin: str | None = None, cwd=None):

@@ -23,8 +23,8 @@ from tests.passwords import (
 from tests.reliability.helpers import NamesExtractor
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.cli import main
-from zerda_store.db import engine
-from zerda_store.db.urls import DATABASE_URL_ENV
+from zerda_store.db import store as store_module
+from zerda_store.db.connections.urls import DATABASE_URL_ENV
 
 
 @pytest.fixture(params=["flag", "env"])
@@ -120,8 +120,8 @@ def test_a_lock_timeout(
     postgres_admin: sa.Engine,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The commands take the store class from the engine module when they open one.
-    monkeypatch.setattr(engine, "Store", functools.partial(Store, lock_timeout=0.3))
+    # The commands take the store class from the store module when they open one.
+    monkeypatch.setattr(store_module, "Store", functools.partial(Store, lock_timeout=0.3))
     with table_locked(postgres_admin, with_ada):
         # A recall through a unit of work, then the operators' listing (plain SQLAlchemy).
         line = error_line(run(with_ada.url(), given, "entity", "Ada", "--session", "s"), form)

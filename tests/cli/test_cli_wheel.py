@@ -21,7 +21,7 @@ import pytest
 
 from tests.doubles import new_postgres_database
 from zerda_store import migrate
-from zerda_store.db.urls import DATABASE_URL_ENV
+from zerda_store.db.connections.urls import DATABASE_URL_ENV
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from zerda_store.db.urls import DATABASE_URL_ENV
+from zerda_store.db.connections.urls import DATABASE_URL_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from zerda_store import Store
-from zerda_store.db.distribution import (
+from zerda_store.db.citus.distribution import (
     DISTRIBUTED_TABLES,
     KNOWN_EXCEPTIONS,
     NOT_BIGINT,

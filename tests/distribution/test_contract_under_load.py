@@ -14,7 +14,7 @@ import pytest
 from tests.citus import Cluster
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.db import contract, short_locks
+from zerda_store.db.migration import contract, lock_waits
 
 pytestmark = pytest.mark.citus
 
@@ -86,7 +86,7 @@ class Writers:
 def test_db_contract_under_saves_and_recalls_drops_the_defaults_and_fails_no_call(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(short_locks, "RETRY_PAUSES", (0.1,) * 20)
+    monkeypatch.setattr(lock_waits, "RETRY_PAUSES", (0.1,) * 20)
     contracted = []
     with Store(url) as store, Writers(store) as writers:
         admin = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")

@@ -14,8 +14,8 @@ from tests.citus import Cluster
 from tests.cli.helpers import invoke, one_line_error, succeeded
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.db import distribution
-from zerda_store.db.distribution import DISTRIBUTED_TABLES, REFERENCE_TABLES
+from zerda_store.db.citus import distribution
+from zerda_store.db.citus.distribution import DISTRIBUTED_TABLES, REFERENCE_TABLES
 
 pytestmark = pytest.mark.citus
 

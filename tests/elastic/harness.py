@@ -34,7 +34,7 @@ import sqlalchemy as sa
 
 from tests.elastic.cluster import Cluster, ClusterError, cluster, rows
 from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.db import distribution, nodes
+from zerda_store.db.citus import distribution, nodes
 from zerda_store.db.schema import turns
 from zerda_store.errors import StoreError
 

@@ -19,8 +19,8 @@ from zerda_store import (
     ReadOnlyStoreError,
     Store,
 )
-from zerda_store.db.driver import compile_statement
-from zerda_store.db.unit_of_work import Transaction
+from zerda_store.db.execution.driver import compile_statement
+from zerda_store.db.execution.unit_of_work import Transaction
 
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
 

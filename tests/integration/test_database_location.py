@@ -7,7 +7,7 @@ import pytest
 
 from tests.doubles import FixedLLM, say
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.db.urls import DATABASE_URL_ENV
+from zerda_store.db.connections.urls import DATABASE_URL_ENV
 
 
 def test_without_a_database_url_the_environment_variable_is_used(

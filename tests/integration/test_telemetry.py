@@ -22,7 +22,7 @@ from opentelemetry.trace import StatusCode
 
 from tests.doubles import AsyncKeywordLLM, BrokenLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory, LockTimeoutError, Store, StoreError
-from zerda_store.db import unit_of_work
+from zerda_store.db.execution import unit_of_work
 from zerda_store.telemetry import Telemetry
 from zerda_store.telemetry.operations import UPDATE, observed
 

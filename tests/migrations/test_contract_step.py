@@ -19,7 +19,7 @@ from zerda_store import (
     Store,
     migrate,
 )
-from zerda_store.db import short_locks
+from zerda_store.db.migration import lock_waits
 
 DEFAULTS = ["contexts.created_at", "entities.core_key"]
 
@@ -112,7 +112,7 @@ def test_db_contract_gives_way_to_a_long_transaction_and_changes_nothing(
 ) -> None:
     if store.dialect != "postgresql":
         pytest.skip("SQLite has no lock_timeout: its writers wait for one another")
-    monkeypatch.setattr(short_locks, "RETRY_PAUSES", (0.01,))
+    monkeypatch.setattr(lock_waits, "RETRY_PAUSES", (0.01,))
     with store.engine.connect() as holder, holder.begin():
         holder.exec_driver_sql("SELECT COUNT(*) FROM entities").scalar()  # as a long request
 

@@ -1,4 +1,4 @@
-"""Migrations on both backends (through zerda_store.db.migrate, as `zerda-store db` runs them):
+"""Migrations on both backends (through zerda_store.db.migration.migrate, as `zerda-store db` runs them):
 `alembic check` is clean, head → base → head works step by step, rows written at the first
 revision survive every later one, and concurrent upgrades apply each revision once."""
 

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from tests.doubles import new_postgres_database
 from tests.migrations.released import released_database, rows, save_turns
 from zerda_store import LockTimeoutError, Store, migrate
-from zerda_store.db import short_locks
+from zerda_store.db.migration import lock_waits
 
 pytestmark = pytest.mark.postgres
 
@@ -215,7 +215,7 @@ def test_an_upgrade_that_never_gets_the_lock_gives_up_saying_so_and_changes_noth
 ) -> None:
     store, _ = two_databases
     migrate.upgrade(store, "0005")
-    monkeypatch.setattr(short_locks, "RETRY_PAUSES", (0.01, 0.01))
+    monkeypatch.setattr(lock_waits, "RETRY_PAUSES", (0.01, 0.01))
     holder = _hold_entities(store)
     try:
         with pytest.raises(

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from zerda_store import Store
-from zerda_store.db import short_locks
+from zerda_store.db.migration import lock_waits
 
 pytestmark = pytest.mark.postgres
 
@@ -18,7 +18,7 @@ def test_a_deadlock_is_tried_again_as_a_lock_timeout_is(
 ) -> None:
     """The server's deadlock error (SQLSTATE 40P01, as Citus reports a distributed one) makes
     the step run again."""
-    monkeypatch.setattr(short_locks, "RETRY_PAUSES", (0.01,))
+    monkeypatch.setattr(lock_waits, "RETRY_PAUSES", (0.01,))
     tries = []
     with Store(postgres_url) as store, store.engine.connect() as connection:
 
@@ -30,14 +30,14 @@ def test_a_deadlock_is_tried_again_as_a_lock_timeout_is(
                     "involved in a distributed deadlock' USING ERRCODE = '40P01'; END $$"
                 )
 
-        short_locks.retrying_lock_timeouts(connection, run, lambda: "a test")
+        lock_waits.retrying_lock_timeouts(connection, run, lambda: "a test")
     assert len(tries) == 2
 
 
 def test_another_error_is_not_tried_again(
     monkeypatch: pytest.MonkeyPatch, postgres_url: str
 ) -> None:
-    monkeypatch.setattr(short_locks, "RETRY_PAUSES", (0.01,))
+    monkeypatch.setattr(lock_waits, "RETRY_PAUSES", (0.01,))
     with Store(postgres_url) as store, store.engine.connect() as connection:
 
         def run() -> None:
@@ -46,4 +46,4 @@ def test_another_error_is_not_tried_again(
             )
 
         with pytest.raises(OperationalError):
-            short_locks.retrying_lock_timeouts(connection, run, lambda: "a test")
+            lock_waits.retrying_lock_timeouts(connection, run, lambda: "a test")

@@ -28,8 +28,8 @@ from zerda_store import (
     Store,
     StoreError,
 )
-from zerda_store.db.driver import compile_statement
-from zerda_store.db.unit_of_work import Transaction
+from zerda_store.db.execution.driver import compile_statement
+from zerda_store.db.execution.unit_of_work import Transaction
 from zerda_store.turns import repository
 
 # Only a guard, so that a call that waits forever fails the test instead of hanging it.

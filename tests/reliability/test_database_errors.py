@@ -31,7 +31,7 @@ from zerda_store import (
     StoreError,
     migrate,
 )
-from zerda_store.db.unit_of_work import SESSION_LOCK_NAMESPACE
+from zerda_store.db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
 
 NAMES = ("Sarah Chen", "Acme Corp")
 SESSION = "crm-errors"

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-import zerda_store.db.kept as kept_module
+import zerda_store.db.connections.idle as kept_module
 from tests.doubles import FixedLLM
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.db.unit_of_work import Transaction
+from zerda_store.db.execution.unit_of_work import Transaction
 from zerda_store.turns.queries import Queries
 
 

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 
 from tests.doubles import AsyncKeywordLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory, DatabaseError, Store
-from zerda_store.db.driver import Cursor, compile_statement, kept_cursor
-from zerda_store.db.unit_of_work import OneStatement, Transaction
+from zerda_store.db.execution.driver import Cursor, compile_statement, kept_cursor
+from zerda_store.db.execution.unit_of_work import OneStatement, Transaction
 
 pytestmark = pytest.mark.postgres
 

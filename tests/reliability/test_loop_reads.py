@@ -15,9 +15,9 @@ import sqlalchemy as sa
 
 from tests.doubles import AsyncKeywordLLM
 from zerda_store import ConversationEntityMemory, Store, StoreError
-from zerda_store.db import loop_reads
-from zerda_store.db.driver import compile_statement
-from zerda_store.db.unit_of_work import OneStatement
+from zerda_store.db.aio import loop_reads
+from zerda_store.db.execution.driver import compile_statement
+from zerda_store.db.execution.unit_of_work import OneStatement
 
 pytestmark = pytest.mark.postgres
 

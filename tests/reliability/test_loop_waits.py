@@ -1,5 +1,5 @@
 """Postgres: a unit of work on the event loop that finds no kept connection while others
-of its kind are out waits on the loop for one given back (:mod:`zerda_store.db.kept`), not
+of its kind are out waits on the loop for one given back (:mod:`zerda_store.db.connections.idle`), not
 on a database thread: a wave of requests larger than the kept connections stays on the
 loop. A wait never loses a connection, and never waits on nothing: a caller cancelled, a
 wait that outlasts ``LOOP_WAIT_SECONDS`` and the last connection out dropped each leave
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-import zerda_store.db.kept as kept_module
+import zerda_store.db.connections.idle as kept_module
 from tests.doubles import AsyncKeywordLLM
 from zerda_store import ConversationEntityMemory, Store
 

@@ -22,10 +22,10 @@ from zerda_store import (
     Store,
     StoreError,
 )
-from zerda_store.db import loop_writes
-from zerda_store.db.driver import compile_statement
-from zerda_store.db.pipeline import write_pipelined
-from zerda_store.db.unit_of_work import SESSION_LOCK_NAMESPACE
+from zerda_store.db.aio import loop_writes
+from zerda_store.db.execution.driver import compile_statement
+from zerda_store.db.execution.pipeline import write_pipelined
+from zerda_store.db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
 
 pytestmark = pytest.mark.postgres
 

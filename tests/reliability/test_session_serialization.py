@@ -29,8 +29,8 @@ from tests.cli.helpers import invoke, succeeded
 from tests.doubles import KeywordLLM
 from tests.reliability.helpers import VocabularyExtractor, inspect_database, table_counts
 from zerda_store import ConversationEntityMemory, Store
+from zerda_store.db.connections.urls import DATABASE_URL_ENV
 from zerda_store.db.schema import contexts, entities, turns
-from zerda_store.db.urls import DATABASE_URL_ENV
 from zerda_store.model.names import name_key
 
 WRITERS = 3

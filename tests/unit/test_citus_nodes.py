@@ -1,11 +1,11 @@
-"""The pure parts of `zerda-store db citus` (:mod:`zerda_store.db.nodes`): addresses and
+"""The pure parts of `zerda-store db citus` (:mod:`zerda_store.db.citus.nodes`): addresses and
 the progress Citus's rebalance status reports."""
 
 from __future__ import annotations
 
 import pytest
 
-from zerda_store.db.nodes import Progress, _progress, parse_address
+from zerda_store.db.citus.nodes import Progress, _progress, parse_address
 from zerda_store.errors import StoreError
 
 

@@ -10,16 +10,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import psycopg
 
-from zerda_store.db.driver import compile_statement
-from zerda_store.db.multirow import (
+from zerda_store.db.execution.driver import compile_statement
+from zerda_store.db.execution.multirow import (
     RowsStatement,
     compile_columns,
     compile_rows,
     row_placeholders,
     unnested_rows,
 )
+from zerda_store.db.execution.statements import NameList
 from zerda_store.db.schema import contexts, entities, extractions, insert_columns, turns
-from zerda_store.db.sql import NameList
 from zerda_store.turns.statements import _statement_sizes
 
 TABLES = {"turns": turns, "entities": entities, "contexts": contexts, "outcomes": extractions}

@@ -68,7 +68,7 @@ def test_the_identity_errors_are_store_errors_importable_from_errors(name):
 
 
 def test_migrate_at_the_root_is_the_migrations_module():
-    from zerda_store.db import migrate
+    from zerda_store.db.migration import migrate
 
     assert zerda_store.migrate is migrate
     assert callable(migrate.upgrade)

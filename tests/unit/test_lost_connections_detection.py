@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from zerda_store.db.unit_of_work import _is_lost
+from zerda_store.db.execution.unit_of_work import _is_lost
 
 
 class _Dialect:

@@ -8,8 +8,8 @@ import pytest
 
 from tests.cli.helpers import invoke, one_line_error
 from zerda_store import Store, StoreError
-from zerda_store.db.settings import engine_options
-from zerda_store.db.urls import resolve_url, safe_url
+from zerda_store.db.connections.settings import engine_options
+from zerda_store.db.connections.urls import resolve_url, safe_url
 
 FAILOVER = (
     "postgresql://app:pw@db1.internal:5432,db2.internal:5433/crm?target_session_attrs=read-write"

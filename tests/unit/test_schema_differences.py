@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from zerda_store.db.differences import describe
+from zerda_store.db.migration.drift import describe
 
 
 def test_each_difference_is_one_readable_line():

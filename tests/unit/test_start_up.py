@@ -11,7 +11,7 @@ import pytest
 
 import zerda_store
 from zerda_store.cli import main as cli_main
-from zerda_store.db import urls
+from zerda_store.db.connections import urls
 
 HEAVY = ("alembic", "sqlalchemy", "sqlalchemy.orm", "sqlalchemy.ext.asyncio", "tqdm", "psycopg")
 
@@ -62,7 +62,7 @@ def test_the_command_line_reads_the_engine_s_environment_variable() -> None:
 
 
 def test_the_command_line_checks_the_input_rules_bounds() -> None:
+    from zerda_store import validation
     from zerda_store.cli import common
-    from zerda_store.db import validation
 
     assert (common.MAX_COUNT, common.MAX_SECONDS) == (validation.MAX_COUNT, validation.MAX_SECONDS)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from zerda_store import DatabaseError, DatabaseUnavailableError, Store
-from zerda_store.db import unit_of_work
-from zerda_store.db.failures import WRITE_ATTEMPTS
-from zerda_store.db.unit_of_work import Transaction
+from zerda_store.db.execution import unit_of_work
+from zerda_store.db.execution.failures import WRITE_ATTEMPTS
+from zerda_store.db.execution.unit_of_work import Transaction
 
 pytestmark = pytest.mark.filterwarnings("error::sqlalchemy.exc.SAWarning")
 

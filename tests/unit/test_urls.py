@@ -11,7 +11,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from zerda_store import ConversationEntityMemory, Store, StoreError
-from zerda_store.db.urls import resolve_url, safe_url
+from zerda_store.db.connections.urls import resolve_url, safe_url
 
 PARSED = {
     # written: (username, password, host, port, database, query)

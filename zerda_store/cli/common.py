@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from ..admin import AdminRepository
-    from ..db.engine import Store
+    from ..db.store import Store
     from ..memory.conversation import ConversationEntityMemory
 
 # Control characters (Unicode category Cc: C0, DEL, C1) move the cursor, retitle the window
@@ -78,7 +78,7 @@ class Context:
         self._urls: list[URL] = []
 
     def open(self, *, reading: bool) -> Store:
-        from ..db.engine import Store
+        from ..db.store import Store
 
         if self._store is None:
             self._store = Store(
@@ -94,8 +94,8 @@ class Context:
     def open_store(self, database_url: str | None) -> Store:
         """A store on ``database_url``, whose secrets :meth:`scrub` then masks (the caller
         closes it)."""
-        from ..db.engine import Store
-        from ..db.urls import resolve_url
+        from ..db.connections.urls import resolve_url
+        from ..db.store import Store
 
         url = resolve_url(database_url)
         self._urls.append(url)
@@ -104,7 +104,7 @@ class Context:
     def scrub(self, text: str) -> str:
         """``text`` with the secrets of every URL this command was given masked (the demo
         opens its own store on the main URL)."""
-        from ..db.urls import resolve_url, scrub
+        from ..db.connections.urls import resolve_url, scrub
 
         urls = list(self._urls)
         with contextlib.suppress(StoreError):
@@ -115,7 +115,7 @@ class Context:
 
     def reading_store(self) -> Store:
         """A read-only store on a zerda_store database at head."""
-        from ..db import migrate
+        from ..db.migration import migrate
 
         store = self.open(reading=True)
         migrate.ensure_schema(store, auto_migrate=False, create=False)
@@ -125,7 +125,7 @@ class Context:
         """A store on an existing zerda_store database at head, for changing what it
         holds: never created, never upgraded (a schema behind head is refused, naming
         `db upgrade`, which reports what its upgrade changes)."""
-        from ..db import migrate
+        from ..db.migration import migrate
 
         store = self.open(reading=False)
         store.require_file()
@@ -175,7 +175,7 @@ class Context:
         """The operators' queries for bringing data in: an empty database of either
         backend gets zerda_store's schema first (:func:`migrate.prepare_for_new_data`)."""
         from ..admin import AdminRepository
-        from ..db import migrate
+        from ..db.migration import migrate
 
         migrate.prepare_for_new_data(self.store)
         return AdminRepository(self.store)
@@ -183,7 +183,7 @@ class Context:
     def database_files(self) -> list[Path]:
         """The files of the SQLite database this command reads (the database, its journal,
         -wal and -shm); none for Postgres, or a URL that names no file."""
-        from ..db.urls import resolve_url
+        from ..db.connections.urls import resolve_url
 
         url = resolve_url(self.database_url)
         if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
@@ -235,7 +235,7 @@ def _one_line(ctx: click.Context, exc: Exception) -> Exception:
     modules: a command that never loaded SQLAlchemy or Alembic cannot have raised them."""
     sqlalchemy_errors = sys.modules.get("sqlalchemy.exc")
     if sqlalchemy_errors is not None and isinstance(exc, sqlalchemy_errors.DBAPIError):
-        from ..db.urls import first_line
+        from ..db.connections.urls import first_line
 
         detail = first_line(exc) if isinstance(ctx.obj, Context) else type(exc).__name__
         return click.ClickException(escaped(_scrubbed(ctx, f"database error: {detail}")))

@@ -1,6 +1,6 @@
-"""``db distribute``, thin over :mod:`distribution`; ``db grant``, thin over
-:mod:`db.roles`; ``db rekey``, thin over :mod:`identity.rekeying`; ``db contract``, thin
-over :mod:`db.contract`; and what ``db upgrade`` and ``db rekey`` say about the data they
+"""``db distribute``, thin over :mod:`db.citus.distribution`; ``db grant``, thin over
+:mod:`db.migration.roles`; ``db rekey``, thin over :mod:`identity.rekeying`; ``db contract``, thin
+over :mod:`db.migration.contract`; and what ``db upgrade`` and ``db rekey`` say about the data they
 changed (registered on the ``db`` group by :mod:`cli.main`)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def distribute(obj: Context, dry_run: bool, as_json: bool) -> None:
     run prints the statements and exits 1 if anything blocks them. --json prints
     {"dry_run", "ran", "statements", "already_distributed", "blockers"}; a run that is
     blocked changes nothing and is refused in one line (the dry run lists every blocker)."""
-    from ..db import distribution
+    from ..db.citus import distribution
 
     if dry_run:
         plan = distribution.plan(obj.open(reading=True))
@@ -135,7 +135,7 @@ def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
     """Re-key what servers of the previous release saved since `db upgrade` (run once the
     last of them has stopped): session by session, short transactions; run again after an
     interruption. Prints each merge with the command that undoes it."""
-    from ..db import migrate
+    from ..db.migration import migrate
     from ..identity.rekeying import Rekeying
 
     store = obj.changing_store()
@@ -160,7 +160,7 @@ def contract(obj: Context, as_json: bool) -> None:
     """Drop the defaults the schema keeps for servers of the previous release (the contract
     step of an upgrade): run once the last of them has stopped and `db rekey` has run.
     Refused, changing nothing, while entities `db rekey` would re-key remain."""
-    from ..db import migrate
+    from ..db.migration import migrate
 
     dropped = migrate.contract(obj.changing_store())
     if as_json:
@@ -200,7 +200,7 @@ def grant(
     views and sequences, now and (default privileges) on what later upgrades create (Postgres;
     run as the tables' owner; running it again changes nothing). --json prints {"dry_run",
     "schema", "owner", "service", "inspector", "created", "statements", "warnings"}."""
-    from ..db import roles
+    from ..db.migration import roles
 
     if dry_run:
         done = roles.plan(

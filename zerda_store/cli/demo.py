@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..db.engine import Store
+from ..db.store import Store
 from ..memory.conversation import ConversationEntityMemory
 from .common import plural
 

@@ -93,10 +93,10 @@ def import_command(
     """Read a session exported by `export` into SESSION, in one transaction. The whole
     file is checked first; a bad or truncated file is refused, and nothing is written.
     An empty database gets zerda_store's schema first."""
-    from ..db.validation import checked_session_id
     from ..retention.carrying import described
     from ..transfer.checks import file_key_rules
     from ..transfer.format import ExportFile
+    from ..validation import checked_session_id
 
     checked_session_id(session_id)
     with _file_errors(file), _readable(file) as path:
@@ -168,8 +168,8 @@ def copy(
     Sessions that already hold data there are skipped, so an interrupted copy can be run
     again to finish it.
     """
-    from ..db import migrate
-    from ..db.urls import resolve_url
+    from ..db.connections.urls import resolve_url
+    from ..db.migration import migrate
 
     target = resolve_url(destination)
     if target.get_backend_name() == "sqlite" and target.database not in (None, "", ":memory:"):

@@ -8,7 +8,7 @@ here which to use. Read at the first save of a store's life: a database distribu
 a server runs takes the one-by-one form at the server's next start (both forms are
 correct on either).
 
-The catalog look-ups live here, not in :mod:`db.distribution`, which ``db distribute``
+The catalog look-ups live here, not in :mod:`citus.distribution`, which ``db distribute``
 uses: that module loads the migration machinery, which the save path must not."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
-from .engine import Store
+from .store import Store
 
 _HAS_CATALOG = sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
 # Citus's own catalog: how each table of the current schema is distributed (if at all).

@@ -20,9 +20,9 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from .engine import Store
 from .schema import metadata
 from .sharding import distributed
+from .store import Store
 
 logger = logging.getLogger("zerda_store.statistics")
 

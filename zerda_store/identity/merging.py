@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..db.unit_of_work import Transaction
+from ..db.execution.unit_of_work import Transaction
 from ..errors import MergeError
 from ..model.names import UNKNOWN_TYPE, held_apart_key
 from .statements import CONTEXT_COLUMNS, ENTITY_COLUMNS, IdentityStatements

@@ -20,8 +20,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..db.engine import Store
-from ..db.unit_of_work import SessionLock, Transaction
+from ..db.execution.unit_of_work import SessionLock, Transaction
+from ..db.store import Store
 from ..model.names import EXACT, FOLD_V2, KEY_RULES, KeyRules
 from .merging import KEY_RULES_REASON, merge
 from .rules import identify

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..db.engine import Store
-from ..db.unit_of_work import SessionLock, Transaction
+from ..db.execution.unit_of_work import SessionLock, Transaction
+from ..db.store import Store
 from ..errors import MergeError
 from ..model.names import KeyRules
 from ..model.records import Mention

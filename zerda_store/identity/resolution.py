@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..db.unit_of_work import Transaction
+from ..db.execution.unit_of_work import Transaction
 from ..errors import KeyRulesMismatchError
 from ..model.names import EXACT, KEY_RULES, KeyRules
 from ..model.records import Mention

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
+from ..db.execution.statements import Statements, dialect_insert, param, session_param
 from ..db.schema import (
     contexts,
     entities,
@@ -20,7 +21,6 @@ from ..db.schema import (
     in_same_session,
     session_key_rules,
 )
-from ..db.sql import Statements, dialect_insert, param, session_param
 
 
 def _in_list(column: Any, dialect: Dialect) -> Any:

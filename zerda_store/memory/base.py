@@ -13,15 +13,8 @@ from typing import Any, Self
 
 from sqlalchemy.engine import URL
 
-from ..db import migrate
-from ..db.engine import Store
-from ..db.validation import (
-    MAX_IDEMPOTENCY_KEY_LENGTH,
-    checked_identifier,
-    checked_session_id,
-    checked_text,
-    mapping_text,
-)
+from ..db.migration import migrate
+from ..db.store import Store
 from ..extraction import (
     DEFAULT_EXTRACTION_PROMPT,
     ExtractionResult,
@@ -42,6 +35,13 @@ from ..telemetry.operations import note_saved
 from ..turns.erasure import Erasure
 from ..turns.ledger import Ledger
 from ..turns.repository import Repository
+from ..validation import (
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    checked_identifier,
+    checked_session_id,
+    checked_text,
+    mapping_text,
+)
 from .views import ChatMemoryView, Entity, EntityStoreView
 
 # Snippets recalled per entity.

@@ -11,11 +11,7 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
-from ..db.engine import Store
-from ..db.validation import (
-    checked_session_id,
-    mapping_text,
-)
+from ..db.store import Store
 from ..errors import KeyRulesMismatchError
 from ..model.names import EXACT, FOLD_V2, FOLD_V2_CASELESS
 from ..model.records import (
@@ -25,6 +21,10 @@ from ..retention.policy import describe, make_rule, type_scope
 from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
 from ..telemetry.operations import current as observed_operation
 from ..turns.repository import Repository
+from ..validation import (
+    checked_session_id,
+    mapping_text,
+)
 from .base import RECALL_LIMIT, checked_key, entity_info, outcome
 from .conversation_aio import AsyncMethods
 from .identity import IdentityMethods

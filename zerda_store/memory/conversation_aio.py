@@ -2,7 +2,7 @@
 
 Each runs the same validation, the same units of work (built once by the repository,
 the erasure and the ledger) and the same retention rules as its sync twin, awaited on the
-store's database threads (:mod:`zerda_store.db.unit_of_work_aio`); extraction awaits an async LLM
+store's database threads (:mod:`zerda_store.db.aio.unit_of_work`); extraction awaits an async LLM
 (``agenerate``) or extractor on the event loop, and runs a synchronous one on the
 store's LLM threads.
 """
@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, Self
 
-from ..db.validation import mapping_text
 from ..extraction import ExtractionResult
 from ..model.records import ForgetReceipt, turn_text
 from ..retention.policy import Visibility, visibility
 from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
 from ..telemetry.operations import current as observed_operation
 from ..turns.repository_aio import AsyncRepository
+from ..validation import mapping_text
 from .base import RECALL_LIMIT, MemoryCore, checked_key, entity_info, outcome
 
 

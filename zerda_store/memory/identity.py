@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from ..db.validation import MAX_COUNT, MAX_ID, checked_name, checked_text, checked_whole_number
 from ..errors import MergeError
 from ..identity.similar import similar_pairs
 from ..telemetry.operations import DELETE, UPDATE, counts, observed
+from ..validation import MAX_COUNT, MAX_ID, checked_name, checked_text, checked_whole_number
 from .base import MemoryCore
 
 # Who decided, when the caller does not say (the CLI passes the operating-system user).

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
-from ..db.validation import MAX_COUNT, MAX_ID, checked_text, checked_whole_number
 from ..errors import StoreError
 from ..model.records import EntityRecord, Mention, TurnRecord
 from ..retention.policy import Visibility
 from ..turns.repository import Repository
+from ..validation import MAX_COUNT, MAX_ID, checked_text, checked_whole_number
 
 
 class Entity:

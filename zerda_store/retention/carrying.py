@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..db.engine import Store
 from ..db.schema import ANY_SCOPE
+from ..db.store import Store
 from .policies import Policies
 from .policy import Rule, make_rule, type_scope
 

@@ -12,9 +12,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..db.engine import Store
+from ..db.execution.unit_of_work import Transaction
 from ..db.schema import ANY_SCOPE
-from ..db.unit_of_work import Transaction
+from ..db.store import Store
 from .policy import POLICY_CACHE_SECONDS, Policy, Rule, Visibility, policy_from_rows, visibility
 from .statements import PolicyStatements
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ..db.execution.statements import param
+from ..db.execution.unit_of_work import SessionLock
 from ..db.schema import ANY_SCOPE
-from ..db.sql import param
-from ..db.unit_of_work import SessionLock
-from ..db.validation import MAX_COUNT, checked_entity_type, checked_seconds, checked_whole_number
+from ..validation import MAX_COUNT, checked_entity_type, checked_seconds, checked_whole_number
 
 # How long a memory keeps the policy it read before reading it again (seconds).
 POLICY_CACHE_SECONDS = 30.0

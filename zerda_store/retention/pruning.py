@@ -24,10 +24,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..db.engine import Store
+from ..db.execution.unit_of_work import Transaction
 from ..db.schema import ANY_SCOPE, contexts, entities, in_same_session, retention_policies, turns
 from ..db.statistics import analyze_if_never_analysed
-from ..db.unit_of_work import Transaction
+from ..db.store import Store
 from ..telemetry.operations import DELETE, counts, note_pruned, observed, session_argument
 from .policies import Policies
 from .policy import Clock, Visibility, session_lock

@@ -7,9 +7,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import CompiledStatement
+from ..db.execution.driver import CompiledStatement
+from ..db.execution.statements import Statements, dialect_insert, param, session_param
 from ..db.schema import contexts, entities, in_same_session, retention_policies, turns
-from ..db.sql import Statements, dialect_insert, param, session_param
 from .policy import cutoff_case
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..db.engine import Store
+from ..db.store import Store
 from .pruning import Pruner, PruneReceipt
 
 logger = logging.getLogger("zerda_store.pruning")

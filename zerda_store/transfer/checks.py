@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..db.schema import contexts, entities, extractions, identity_judgements, max_length, turns
-from ..db.validation import MAX_TEXT_LENGTH
 from ..identity.rules import identify
 from ..model.names import (
     EXACT,
@@ -19,6 +18,7 @@ from ..model.names import (
     is_acceptable_name,
     is_held_apart,
 )
+from ..validation import MAX_TEXT_LENGTH
 
 MAX_TIMESTAMP = 253_402_300_799.0
 _BIGINT = 2**63 - 1

@@ -11,7 +11,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..db.engine import Store
 from ..db.schema import (
     contexts,
     entities,
@@ -21,6 +20,7 @@ from ..db.schema import (
     in_same_session,
     turns,
 )
+from ..db.store import Store
 from ..retention.policies import Policies
 from ..retention.policy import Visibility
 from ..turns.history import PAGE_SIZE

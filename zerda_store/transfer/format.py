@@ -23,9 +23,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ..db.validation import checked_session_id
 from ..model.names import FOLD_V1, KEY_RULES, KeyRules
 from ..retention.carrying import checked_carried
+from ..validation import checked_session_id
 from .checks import (
     CURRENT_RULES,
     KINDS,

@@ -16,13 +16,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import compile_statement
-from ..db.engine import Store
+from ..db.execution.driver import compile_statement
+from ..db.execution.statements import session_param
+from ..db.execution.unit_of_work import SessionLock, Transaction
 from ..db.schema import entities, turns
 from ..db.sharding import distributed
-from ..db.sql import session_param
 from ..db.statistics import analyze_after
-from ..db.unit_of_work import SessionLock, Transaction
+from ..db.store import Store
 from ..errors import SessionNotEmptyError
 from ..identity.resolution import check_key_rules
 from ..identity.statements import IdentityStatements

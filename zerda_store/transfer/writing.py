@@ -7,8 +7,8 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from ..db.driver import Runnable
-from ..db.unit_of_work import Transaction
+from ..db.execution.driver import Runnable
+from ..db.execution.unit_of_work import Transaction
 from ..errors import StoreError
 from ..identity.rules import identify
 from ..identity.statements import IdentityStatements

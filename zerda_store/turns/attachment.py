@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from operator import itemgetter, ne
 from typing import Any
 
-from ..db.unit_of_work import Transaction
+from ..db.execution.unit_of_work import Transaction
 from ..identity.resolution import Resolver
 from ..model.names import UNKNOWN_TYPE
 from ..model.records import MENTION_CORE_KEY, MENTION_KEY, NewTurn

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
-from ..db.engine import Store
-from ..db.unit_of_work import SessionLock, Transaction
+from ..db.execution.unit_of_work import SessionLock, Transaction
+from ..db.store import Store
 from ..identity.statements import IdentityStatements
 from ..model.names import name_key
 from ..model.records import EntityRecord, ForgetReceipt

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..db.unit_of_work import SessionLock, Transaction
+from ..db.execution.unit_of_work import SessionLock, Transaction
 from ..model.names import name_key
 from ..model.records import ForgetReceipt
 from .erasure_statements import ErasureStatements

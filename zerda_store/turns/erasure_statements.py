@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from ..db.execution.statements import Statements, param, session_param
 from ..db.schema import (
     contexts,
     entities,
@@ -14,7 +15,6 @@ from ..db.schema import (
     in_same_session,
     turns,
 )
-from ..db.sql import Statements, param, session_param
 
 # What an extraction error that named a forgotten entity reads afterwards.
 ERASED_ERROR = "(error text erased: it named a forgotten entity)"

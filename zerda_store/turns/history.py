@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..db.engine import Store
-from ..db.unit_of_work import Transaction
+from ..db.execution.unit_of_work import Transaction
+from ..db.store import Store
 from ..model.records import TurnRecord
 from ..retention.policy import Visibility
 from .queries import Queries, TurnReads

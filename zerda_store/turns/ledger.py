@@ -12,11 +12,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import compile_statement
-from ..db.engine import Store
+from ..db.execution.driver import compile_statement
+from ..db.execution.statements import param, session_param
+from ..db.execution.unit_of_work import SessionLock, Transaction
 from ..db.schema import extractions, in_same_session, turns
-from ..db.sql import param, session_param
-from ..db.unit_of_work import SessionLock, Transaction
+from ..db.store import Store
 from ..identity.resolution import Resolver
 from ..model.records import Mention, NewTurn, Outcome, PendingTurn
 from .attachment import Attachment

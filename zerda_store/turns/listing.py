@@ -12,8 +12,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..db.engine import Store
 from ..db.schema import contexts, entities, in_same_session, turns
+from ..db.store import Store
 from ..retention.policies import Policies
 from ..retention.policy import Clock
 from .reads import Reads

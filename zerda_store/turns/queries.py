@@ -10,8 +10,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from ..db.execution.statements import Statements, param, session_param
 from ..db.schema import contexts, entities, turns
-from ..db.sql import Statements, param, session_param
 from .statements import ENTITY_SELECT, NEWEST_FIRST
 
 FIRST_SEEN_ORDER = (entities.c.first_turn_id, entities.c.first_position, entities.c.id)

@@ -13,9 +13,9 @@ from functools import partial
 from operator import ne
 from typing import Any
 
-from ..db.engine import Store
+from ..db.execution.unit_of_work import OneStatement, Transaction
 from ..db.sharding import distributed
-from ..db.unit_of_work import OneStatement, Transaction
+from ..db.store import Store
 from ..identity.resolution import Resolver
 from ..identity.statements import IdentityStatements
 from ..model.names import FOLD_V1, KEY_RULES, KeyRules

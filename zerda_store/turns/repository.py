@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..db.driver import Runnable
-from ..db.engine import Store
-from ..db.pipeline import write_pipelined
+from ..db.execution.driver import Runnable
+from ..db.execution.pipeline import write_pipelined
+from ..db.execution.unit_of_work import SessionLock, SessionLockStatements, Transaction
 from ..db.sharding import Sharding, distributed
 from ..db.statistics import analyze_after
-from ..db.unit_of_work import SessionLock, SessionLockStatements, Transaction
+from ..db.store import Store
 from ..identity.resolution import KnownKeyRules, check_key_rules, refuse_other_rules
 from ..model.names import KeyRules
 from ..model.records import NewTurn

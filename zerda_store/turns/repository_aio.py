@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..db import loop_reads, loop_writes
-from ..db.unit_of_work import OneStatement
+from ..db.aio import loop_reads, loop_writes
+from ..db.execution.unit_of_work import OneStatement
 from ..model.records import EntityRecord, Mention, NewTurn, SessionStats
 from ..retention.policy import Visibility
 from .repository import Repository, one_trip_outcome
@@ -79,7 +79,7 @@ class AsyncRepository:
 
     async def _short_read(self, work: Callable[[Any], T]) -> T:
         """A read of a statement or two: on SQLite run here, on the event loop (see the
-        module); on Postgres one statement is sent from the event loop (:mod:`loop_reads`),
+        module); on Postgres one statement is sent from the event loop (:mod:`aio.loop_reads`),
         anything else goes to a database thread."""
         if self.store.dialect == "sqlite":
             return self.store.read(work)

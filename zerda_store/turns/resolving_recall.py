@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import CompiledStatement, compile_statement
+from ..db.execution.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, entity_aliases
 from ..identity.resolution import Resolver
 from ..identity.statements import candidates_select

@@ -4,7 +4,7 @@ The statement inserts the turn, upserts its entities (in key order), and inserts
 snippet per entity and the turn's extraction-ledger row, each a data-modifying CTE fed by
 the one before (the turn's new id, the entities' ids); every part names the session, so
 that Citus runs the whole of it on the session's shard. It is sent in one pipeline after
-the statement that takes the session's lock (:mod:`pipeline`), so that it reads with a
+the statement that takes the session's lock (:mod:`execution.pipeline`), so that it reads with a
 snapshot taken once the lock is held.
 
 It writes only when name resolution has nothing to do (a guard in the statement): each
@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import CompiledStatement, compile_statement
+from ..db.execution.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, entity_aliases, extractions, insert_columns, turns
 from ..model.records import NewTurn
 from .rows import new_outcome_row, new_turn_row

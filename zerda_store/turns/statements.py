@@ -17,11 +17,11 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
-from ..db.driver import Runnable
-from ..db.multirow import compile_columns, compile_rows, row_placeholders, unnested_rows
+from ..db.execution.driver import Runnable
+from ..db.execution.multirow import compile_columns, compile_rows, row_placeholders, unnested_rows
+from ..db.execution.statements import NameList, Statements, dialect_insert
+from ..db.execution.unit_of_work import Transaction
 from ..db.schema import contexts, entities, extractions, in_same_session, insert_columns, turns
-from ..db.sql import NameList, Statements, dialect_insert
-from ..db.unit_of_work import Transaction
 from ..identity.statements import resolution_possible
 from ..model.names import UNKNOWN_TYPE
 

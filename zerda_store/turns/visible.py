@@ -14,8 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from ..db.execution.statements import Statements, param, session_param
 from ..db.schema import contexts, entities, in_same_session, turns
-from ..db.sql import Statements, param, session_param
 from ..retention.policy import cutoff_case
 from .queries import FIRST_SEEN_ORDER, TurnReads
 from .statements import ENTITY_SELECT, NEWEST_FIRST

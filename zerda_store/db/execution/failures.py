@@ -15,7 +15,7 @@ from typing import Protocol
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import (
+from ...errors import (
     CommitOutcomeUnknownError,
     DatabaseError,
     DatabaseUnavailableError,

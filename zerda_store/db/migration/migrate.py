@@ -24,12 +24,12 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import PermissionDeniedError, SchemaNotCurrentError
-from . import statistics
-from .engine import Store
-from .failures import is_permission_denied
-from .migration_lock import alembic_connection, locked_connection
-from .settings import SQLITE_BUSY_TIMEOUT_MS
+from ...errors import PermissionDeniedError, SchemaNotCurrentError
+from .. import statistics
+from ..connections.settings import SQLITE_BUSY_TIMEOUT_MS
+from ..execution.failures import is_permission_denied
+from ..store import Store
+from .lock import alembic_connection, locked_connection
 from .survey import (
     Survey,
     hidden_schema_error,
@@ -57,7 +57,7 @@ INTERRUPTED_IDENTITY_AT = "0005"
 
 def migrations_dir() -> Path:
     """Where the revisions are: inside the installed package, else the repository checkout."""
-    package = Path(__file__).parent.parent
+    package = Path(__file__).parents[2]
     packaged = package / "migrations"
     return packaged if packaged.is_dir() else package.parent / "migrations"
 

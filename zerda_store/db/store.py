@@ -1,10 +1,10 @@
-"""The shared :class:`Store` (its engines' connection settings are in :mod:`settings`, the
-async part it holds in :mod:`engine_aio`, the URLs it accepts in :mod:`urls`).
+"""The shared :class:`Store` (its engines' connection settings are in :mod:`connections.settings`, the
+async part it holds in :mod:`aio.store`, the URLs it accepts in :mod:`connections.urls`).
 
 SQLite gets durable commits, a busy timeout, foreign keys, and write transactions that
 begin IMMEDIATE (a deferred read-then-write transaction cannot wait for a concurrent writer
 and fails with "database is locked"); WAL is switched on where the schema is created
-(:mod:`migrate`), never on a file merely opened. Postgres goes through psycopg 3 with pre-ping
+(:mod:`migration.migrate`), never on a file merely opened. Postgres goes through psycopg 3 with pre-ping
 and a connect timeout, so a dead server fails in seconds instead of hanging.
 
 A store opened with ``read_only=True`` never writes: SQLite opens the file with ``mode=ro``
@@ -38,11 +38,9 @@ from ..errors import (
     StoreError,
 )
 from ..telemetry import Telemetry, default_telemetry
-from . import unit_of_work
-from .driver import CompiledStatement, compile_statement
-from .engine_aio import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncPart
-from .kept import KeptConnections
-from .settings import (
+from .aio.store import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncPart
+from .connections.idle import KeptConnections
+from .connections.settings import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_POOL_TIMEOUT,
     IMMUTABLE,
@@ -54,8 +52,10 @@ from .settings import (
     prepared_statements_option,
     transaction_settings,
 )
-from .unit_of_work import SessionLock, Transaction
-from .urls import first_line, resolve_url, safe_url, scrub
+from .connections.urls import first_line, resolve_url, safe_url, scrub
+from .execution import unit_of_work
+from .execution.driver import CompiledStatement, compile_statement
+from .execution.unit_of_work import SessionLock, Transaction
 
 logger = logging.getLogger("zerda_store.engine")
 
@@ -72,7 +72,7 @@ class Store:
     connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
     a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
     ``await`` :meth:`aclose`); closing never deletes data. Its async methods delegate to
-    the :class:`engine_aio.AsyncPart` it holds, which runs each unit of work whole on one of
+    the :class:`aio.store.AsyncPart` it holds, which runs each unit of work whole on one of
     ``async_pool_size`` database threads, on the same pool. The pool keeps a connection for
     each of those threads and one more, and opens up to 10 more for sync callers; a call
     that finds no connection (or, async, no thread) free for ``pool_timeout`` seconds
@@ -87,7 +87,7 @@ class Store:
     ``prepared_statements=False`` (Postgres; or ``?prepared_statements=false`` in the URL)
     is for a transaction-mode pooler such as PgBouncer: no statement is prepared on the
     server, and the store's settings are sent inside each transaction instead of once per
-    connection (:mod:`settings`). Schema changes (``db upgrade``) need a direct connection.
+    connection (:mod:`connections.settings`). Schema changes (``db upgrade``) need a direct connection.
 
     ``telemetry`` (a :class:`zerda_store.telemetry.Telemetry`) says how the store reports
     itself to OpenTelemetry: by default through the global providers, once configured, and
@@ -118,7 +118,7 @@ class Store:
         self.durability: Durability = durability
         self.read_only = read_only
         self.schema = checked_schema(schema) if schema is not None else None
-        # True, False, or None: not said (none prepared where a pooler is found, :mod:`settings`).
+        # True, False, or None: not said (none prepared where a pooler is found, :mod:`connections.settings`).
         self.prepared_statements = prepared_statements_option(self.url, prepared_statements)
         self._aio = AsyncPart(
             self,
@@ -288,7 +288,7 @@ class Store:
         first: Callable[[Callable[[], None]], tuple[bool, T]],
         then: Callable[[], tuple[Callable[[Transaction], T], SessionLock]],
     ) -> T:
-        """:meth:`awrite`, tried whole first (:func:`unit_of_work_aio.write_in_one_trip`)."""
+        """:meth:`awrite`, tried whole first (:func:`aio.unit_of_work.write_in_one_trip`)."""
         self.check_writable()
         return await self._aio.write_in_one_trip(first, then)
 
@@ -328,12 +328,12 @@ class Store:
         return self._checked_out(self.engine.raw_connection, ping=False)
 
     async def borrow_on_loop(self) -> Any | None:
-        """A kept connection for a unit of work on an event loop, or None (:mod:`kept`)."""
+        """A kept connection for a unit of work on an event loop, or None (:mod:`connections.idle`)."""
         return None if self.closed else await self._kept.take_on_loop()
 
     def give_back(self, connection: Any, *, reusable: bool) -> None:
         """Keep a connection a unit of work left with no transaction open for the next one
-        (:mod:`kept`); otherwise return it to the pool, which rolls back what is left open."""
+        (:mod:`connections.idle`); otherwise return it to the pool, which rolls back what is left open."""
         reusable = reusable and not connection.info.get(IMMUTABLE)
         if reusable and not self.closed and self._kept.keep(connection):
             if self.closed:  # closed meanwhile

@@ -6,7 +6,7 @@ for SQLAlchemy's own connections; a Postgres store keeps up to the pool's size, 
 SQLAlchemy's own connections (rare: migrations, the Citus check) then come from its
 overflow. A forked child never uses, closes or returns its parent's.
 
-An event loop's unit of work (:mod:`loop_reads`, :mod:`loop_writes`) takes only a kept
+An event loop's unit of work (:mod:`aio.loop_reads`, :mod:`aio.loop_writes`) takes only a kept
 connection: the pool's checkout may connect, which a loop must not wait for. When none is
 kept while others of the loop's kind are out (a wave of requests), it waits on the loop
 for the next one given back instead of going to a database thread: such units are one
@@ -31,7 +31,7 @@ from sqlalchemy.engine import Engine
 
 # How many connections a SQLite store keeps (each holds its own page cache). A Postgres
 # store keeps up to its pool's size: its async path sends a turn's reads and its save from
-# the event loop only on a kept connection (:mod:`loop_reads`, :mod:`loop_writes`), and a
+# the event loop only on a kept connection (:mod:`aio.loop_reads`, :mod:`aio.loop_writes`), and a
 # service's requests come in waves (at C = 200 with 4 kept, half of them found none and
 # went to a thread).
 KEPT_CONNECTIONS = 4

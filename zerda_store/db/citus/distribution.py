@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..errors import SchemaNotCurrentError, StoreError
-from . import migrate
-from .engine import Store
-from .migration_lock import locked_connection
-from .sharding import citus_version, distributed_tables
-from .survey import upgrade_command
+from ...errors import SchemaNotCurrentError, StoreError
+from ..migration import migrate
+from ..migration.lock import locked_connection
+from ..migration.survey import upgrade_command
+from ..sharding import citus_version, distributed_tables
+from ..store import Store
 
 DISTRIBUTION_COLUMN = "session_id"
 # Distributed by session, co-located with the first; parents before the tables that refer

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TypeGuard
 
-from ..model.names import is_acceptable_name
-from .schema import entities, max_integer, max_length, retention_policies, turns
+from .db.schema import entities, max_integer, max_length, retention_policies, turns
+from .model.names import is_acceptable_name
 
 MAX_SESSION_ID_LENGTH = max_length(turns.c.session_id) or 255
 MAX_IDEMPOTENCY_KEY_LENGTH = max_length(turns.c.idempotency_key) or 255

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
-from ..errors import StoreError
+from ...errors import StoreError
 from .driver import CompiledStatement, compile_statement
 
 T = TypeVar("T")

@@ -1,5 +1,5 @@
-"""The async part of :class:`engine.Store`: awaited units of work on the store's database
-threads (:mod:`unit_of_work_aio`), and the threads that run synchronous extraction for
+"""The async part of :class:`store.Store`: awaited units of work on the store's database
+threads (:mod:`aio.unit_of_work`), and the threads that run synchronous extraction for
 async callers.
 
 The store makes one :class:`AsyncPart` in its constructor and holds it; its async methods
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from ..errors import PoolExhaustedError, StoreError
-from . import unit_of_work_aio as async_unit_of_work
-from .threads_aio import DatabaseThreads
-from .unit_of_work import Database, SessionLock, Transaction
+from ...errors import PoolExhaustedError, StoreError
+from ..execution.unit_of_work import Database, SessionLock, Transaction
+from . import unit_of_work as async_unit_of_work
+from .threads import DatabaseThreads
 
 # Threads for synchronous extraction (an LLM without agenerate, stanza) called from async
 # code: each waits on one model call, so they are many more than the cores.
@@ -93,7 +93,7 @@ class AsyncPart:
         )
 
     async def write(self, work: Callable[[Transaction], T], lock: SessionLock | None = None) -> T:
-        """One write transaction on a database thread (:func:`unit_of_work_aio.write`)."""
+        """One write transaction on a database thread (:func:`aio.unit_of_work.write`)."""
         return await async_unit_of_work.write(self._database, self, work, lock)
 
     async def write_in_one_trip(
@@ -102,11 +102,11 @@ class AsyncPart:
         then: Callable[[], tuple[Callable[[Transaction], T], SessionLock]],
     ) -> T:
         """A write tried whole first, on a database thread
-        (:func:`unit_of_work_aio.write_in_one_trip`)."""
+        (:func:`aio.unit_of_work.write_in_one_trip`)."""
         return await async_unit_of_work.write_in_one_trip(self._database, self, first, then)
 
     async def read(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
-        """Reads only, on a database thread (:func:`unit_of_work_aio.read`)."""
+        """Reads only, on a database thread (:func:`aio.unit_of_work.read`)."""
         return await async_unit_of_work.read(self._database, self, work, snapshot=snapshot)
 
     @property

@@ -30,9 +30,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..errors import StoreError
-from .engine import Store
-from .sharding import citus_version, distributed_tables
+from ...errors import StoreError
+from ..sharding import citus_version, distributed_tables
+from ..store import Store
 
 # Terminal states of a background job (citus_rebalance_status()).
 FINISHED = "finished"

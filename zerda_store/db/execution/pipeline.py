@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import select
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .driver import Runnable, kept_cursor, named_rows
 from .failures import retryable_write
-from .unit_of_work import _give_back, _with_retries, driver_failure
-
-if TYPE_CHECKING:
-    from .engine import Store
+from .unit_of_work import Database, driver_failure, return_connection, with_retries
 
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE, without importing the driver here
 # Kept connections found closed by the server before one is found open (after the first,
@@ -31,15 +28,17 @@ _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE, without importing the driver her
 _LIVE_ATTEMPTS = 3
 
 
-def write_pipelined(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
+def write_pipelined(store: Database, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
     """Run ``steps`` (statements and their values) as one transaction in one round trip;
     the named rows the last one returns. Run again whole after a deadlock or a
     serialization failure."""
     store.check_writable()
-    return _with_retries(store, retryable_write, _attempt, store, sent_steps(store, steps))
+    return with_retries(store, retryable_write, _attempt, store, sent_steps(store, steps))
 
 
-def sent_steps(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[tuple[Runnable, Any]]:
+def sent_steps(
+    store: Database, steps: Sequence[tuple[Runnable, Any]]
+) -> list[tuple[Runnable, Any]]:
     """``steps`` with their parameters, as a pipeline sends them: first, for a store
     without prepared statements (behind a transaction-mode pooler), the statement that
     gives the pipeline's transaction the store's settings."""
@@ -49,7 +48,7 @@ def sent_steps(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[tupl
     return [(statement, statement.parameters(values)) for statement, values in steps]
 
 
-def _open_connection(store: Store) -> Any:
+def _open_connection(store: Database) -> Any:
     """A pooled connection whose server has not closed it while it sat idle."""
     for _ in range(_LIVE_ATTEMPTS):
         connection = store.borrow()
@@ -78,7 +77,7 @@ def step_cursors(connection: Any, count: int) -> list[Any]:
     return [*others, kept_cursor(connection)]
 
 
-def _attempt(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
+def _attempt(store: Database, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
     dialect = store.engine.dialect
     connection = _open_connection(store)
     driver_connection = connection.dbapi_connection
@@ -109,4 +108,4 @@ def _attempt(store: Store, steps: Sequence[tuple[Runnable, Any]]) -> list[Any]:
     finally:
         for cursor in cursors[:-1]:
             cursor.close()
-        _give_back(store, connection, cursors[-1] if cursors else None, True, clean)
+        return_connection(store, connection, cursors[-1] if cursors else None, True, clean)

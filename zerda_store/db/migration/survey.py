@@ -13,10 +13,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import NotAStoreDatabaseError, SchemaNotCurrentError, StoreError
-from .engine import Store
-from .failures import database_error
-from .schema import contexts, entities, metadata, turns
+from ...errors import NotAStoreDatabaseError, SchemaNotCurrentError, StoreError
+from ..execution.failures import database_error
+from ..schema import contexts, entities, metadata, turns
+from ..store import Store
 
 # The tables every revision of zerda_store has had: a schema holding all three is ours.
 CORE_TABLES = frozenset({turns.name, entities.name, contexts.name})

@@ -1,5 +1,5 @@
 """The unit of work: one transaction on a pooled driver connection, run again whole when
-that is safe, with the driver's errors turned into zerda_store's (:mod:`failures`).
+that is safe, with the driver's errors turned into zerda_store's (:mod:`execution.failures`).
 
 Every write of the library runs as ``store.write(work)``: ``work`` gets a
 :class:`Transaction` and runs statements compiled beforehand (outside the transaction,
@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
-from ..telemetry import units
-from ..telemetry.operations import current as observed_operation
+from ...telemetry import units
+from ...telemetry.operations import current as observed_operation
 from .driver import CompiledStatement, Cursor, Runnable, compile_statement, kept_cursor
 from .failures import (
     WRITE_ATTEMPTS,
@@ -97,7 +97,7 @@ class Transaction:
 class OneStatement(Generic[T]):
     """A read of one statement and what to make of its rows (``statement`` None: nothing
     to read, ``then([])``). A unit of work like any other; the async path sends it from
-    the event loop itself on Postgres (:mod:`loop_reads`)."""
+    the event loop itself on Postgres (:mod:`aio.loop_reads`)."""
 
     __slots__ = ("statement", "then", "values")
 
@@ -127,7 +127,7 @@ def write(
     right before COMMIT is sent; whatever it raises rolls the transaction back."""
     locked_work = locked(store, work, lock)
     # write=True, snapshot=False, given by position: keywords would cost a dict a unit.
-    return _with_retries(
+    return with_retries(
         store, retryable_write, attempt, store, locked_work, True, False, before_commit
     )
 
@@ -138,7 +138,7 @@ def read(store: Database, work: Callable[[Transaction], T], *, snapshot: bool = 
     with it, every statement sees the same snapshot. Run again on a fresh connection if the
     pooled one turned out dead."""
     # write=False, snapshot: by position, as in write().
-    return _with_retries(store, retryable_read, attempt, store, work, False, snapshot)
+    return with_retries(store, retryable_read, attempt, store, work, False, snapshot)
 
 
 def locked(
@@ -158,7 +158,7 @@ def locked(
     return locked_work
 
 
-def _with_retries(
+def with_retries(
     store: Database,
     retryable: Callable[[DBAPIError], bool],
     attempt: Callable[P, T],
@@ -170,7 +170,7 @@ def _with_retries(
     directly, not through a closure made for each unit of work."""
     if observed_operation.get() is not None and units.outside_a_unit():  # its span
         kind = "write" if retryable is retryable_write else "read"
-        observed = units.run(kind, _with_retries, store, retryable, attempt, *arguments, **keywords)
+        observed = units.run(kind, with_retries, store, retryable, attempt, *arguments, **keywords)
         return cast(T, observed)
     number = 1
     while True:
@@ -229,10 +229,12 @@ class Connections(Protocol):
 
 
 class Database(Connections, Described, Protocol):
-    """What a unit of work needs of the store (:class:`engine.Store` is one): its pool,
+    """What a unit of work needs of the store (:class:`~zerda_store.db.store.Store` is one): its pool,
     its compiled statements, and how its errors are told without a secret."""
 
     def statements(self, factory: Callable[[Dialect], S]) -> S: ...
+
+    def check_writable(self) -> None: ...
 
 
 def attempt(
@@ -277,7 +279,7 @@ def attempt(
     except dialect.loaded_dbapi.Error as orig:
         raise driver_failure(connections, connection, orig, cursor, committing=committing) from orig
     finally:
-        _give_back(connections, connection, cursor, autocommit, clean)
+        return_connection(connections, connection, cursor, autocommit, clean)
 
 
 def driver_failure(
@@ -305,7 +307,7 @@ def driver_failure(
     return LostCommit(error) if committing and lost else error
 
 
-def _give_back(
+def return_connection(
     connections: Connections, connection: Any, cursor: Any, autocommit: bool, clean: bool
 ) -> None:
     """Give a driver-level connection back: kept for the next unit of work if the attempt

@@ -1,4 +1,4 @@
-"""The async unit of work: :mod:`unit_of_work`'s transactions, each run whole on one of the
+"""The async unit of work: :mod:`execution.unit_of_work`'s transactions, each run whole on one of the
 store's database threads and awaited from the event loop.
 
 The same attempt, work functions, compiled statements, retry rules and error mapping as
@@ -30,13 +30,23 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from ..errors import CancelledAfterCommitError, CommitOutcomeUnknownError
-from ..telemetry import units
-from . import unit_of_work
-from .threads_aio import DatabaseThreads, Job
-from .unit_of_work import Database, SessionLock, Transaction
+from ...errors import CancelledAfterCommitError, CommitOutcomeUnknownError
+from ...telemetry import units
+from ..execution import unit_of_work
+from ..execution.unit_of_work import Database, SessionLock, Transaction
+from .threads import DatabaseThreads, Job
 
 T = TypeVar("T")
+
+
+class AsyncDatabase(Database, Protocol):
+    """What the reads and writes sent from the event loop need of the store
+    (:class:`~zerda_store.db.store.Store` is one): a kept connection taken on the loop, and
+    the thread-run read to fall back on."""
+
+    async def borrow_on_loop(self) -> Any | None: ...
+
+    async def aread(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T: ...
 
 
 class AsyncThreads(Protocol):

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from ..errors import LockTimeoutError, SchemaNotCurrentError, StoreError
-from .engine import Store
+from ...errors import LockTimeoutError, SchemaNotCurrentError, StoreError
+from ..store import Store
 
 if TYPE_CHECKING:
     pass

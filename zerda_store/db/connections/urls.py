@@ -22,7 +22,7 @@ from urllib.parse import quote, quote_plus
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from ..errors import StoreError
+from ...errors import StoreError
 
 MASK = "***"
 DEFAULT_DATABASE_URL = "sqlite:///zerda_store.db"

@@ -25,8 +25,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
-from ..errors import LockTimeoutError
-from .failures import is_deadlock, is_lock_timeout
+from ...errors import LockTimeoutError
+from ..execution.failures import is_deadlock, is_lock_timeout
 
 logger = logging.getLogger("zerda_store.migrate")
 

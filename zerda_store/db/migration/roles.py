@@ -28,12 +28,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import IdentifierPreparer
 
-from ..errors import PermissionDeniedError, StoreError
+from ...errors import PermissionDeniedError, StoreError
+from ..execution.failures import database_error, is_permission_denied
+from ..schema import metadata
+from ..store import Store
 from . import migrate
-from .engine import Store
-from .failures import database_error, is_permission_denied
-from .migration_lock import locked_connection
-from .schema import metadata
+from .lock import locked_connection
 from .survey import VERSION_TABLE
 
 SERVICE_TABLES = "SELECT, INSERT, UPDATE, DELETE"

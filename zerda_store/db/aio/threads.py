@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import StoreError
+from ...errors import StoreError
 
 
 class Job:
@@ -26,7 +26,7 @@ class Job:
 
     ``claim`` holds one token, taken (:meth:`take`) by the thread that starts the job or
     by a caller that gives up on it before it started: exactly one of them has it. ``cancelled`` and ``committing`` are what a cancelled caller and the
-    running unit of work agree on (:mod:`unit_of_work_aio`)."""
+    running unit of work agree on (:mod:`aio.unit_of_work`)."""
 
     __slots__ = (
         "cancelled",

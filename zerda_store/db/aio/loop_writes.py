@@ -1,9 +1,9 @@
 """Postgres: a write of one pipeline sent from the event loop, with no database thread.
 
-The async save of a turn that fits one round trip (:mod:`pipeline`: the session's lock and
-one statement, committed together at the pipeline's sync) is sent as :mod:`loop_reads`
+The async save of a turn that fits one round trip (:mod:`execution.pipeline`: the session's lock and
+one statement, committed together at the pipeline's sync) is sent as :mod:`aio.loop_reads`
 sends a read: on a connection an earlier unit of work left idle, with psycopg's own
-pipeline (waiting on the loop for one given back, :mod:`kept`). Without one it goes to a
+pipeline (waiting on the loop for one given back, :mod:`connections.idle`). Without one it goes to a
 thread, as before.
 
 It keeps the thread path's rules:
@@ -27,18 +27,15 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import CommitOutcomeUnknownError
-from ..telemetry import units
-from .driver import Runnable, named_rows
-from .failures import failure, retryable_write
-from .pipeline import closed_by_server, sent_steps, step_cursors
-from .unit_of_work import _give_back, driver_failure
-from .unit_of_work_aio import cancelled_after_commit
-
-if TYPE_CHECKING:
-    from .engine import Store
+from ...errors import CommitOutcomeUnknownError
+from ...telemetry import units
+from ..execution.driver import Runnable, named_rows
+from ..execution.failures import failure, retryable_write
+from ..execution.pipeline import closed_by_server, sent_steps, step_cursors
+from ..execution.unit_of_work import driver_failure, return_connection
+from .unit_of_work import AsyncDatabase, cancelled_after_commit
 
 # How often (seconds) a wait looks up from the socket, as psycopg's async connection does.
 _WAIT_INTERVAL = 0.1
@@ -57,7 +54,7 @@ _Parts = tuple[Callable[..., Any], Callable[..., Awaitable[Any]], Callable[..., 
 
 
 async def write(
-    store: Store,
+    store: AsyncDatabase,
     steps: Sequence[tuple[Runnable, Any]],
     stored: Callable[[list[Any]], bool],
 ) -> list[Any] | NotSent:
@@ -139,7 +136,7 @@ class _Sending:
     """One pipeline on one borrowed connection, from its sending to its answers."""
 
     def __init__(
-        self, store: Store, connection: Any, steps: Sequence[tuple[Runnable, Any]]
+        self, store: AsyncDatabase, connection: Any, steps: Sequence[tuple[Runnable, Any]]
     ) -> None:
         self.store = store
         self.connection = connection
@@ -220,4 +217,4 @@ class _Sending:
     def _give_back(self, *, clean: bool) -> None:
         for cursor in self.cursors[:-1]:  # the last is the connection's own
             cursor.close()
-        _give_back(self.store, self.connection, None, True, clean)
+        return_connection(self.store, self.connection, None, True, clean)

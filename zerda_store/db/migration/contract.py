@@ -13,7 +13,7 @@ Refused, changing nothing, while entities without a core remain (``db rekey`` fi
 at a revision other than head (``db upgrade`` first). On Postgres the defaults are dropped
 in one short transaction that takes the tables' locks in the order saves do, waits
 briefly for them and tries again after a lock timeout or a deadlock (see
-:mod:`short_locks`); on SQLite the two tables are rebuilt (the views that read them are
+:mod:`migration.lock_waits`); on SQLite the two tables are rebuilt (the views that read them are
 dropped and made again around the rebuild).
 """
 
@@ -26,10 +26,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import LockTimeoutError, ReadOnlyStoreError, SchemaNotCurrentError
-from .engine import Store
-from .migration_lock import alembic_connection, locked_connection
-from .short_locks import retrying_lock_timeouts, short_lock_waits
+from ...errors import LockTimeoutError, ReadOnlyStoreError, SchemaNotCurrentError
+from ..store import Store
+from .lock import alembic_connection, locked_connection
+from .lock_waits import retrying_lock_timeouts, short_lock_waits
 
 # (table, column, type): the defaults kept for the previous release only.
 COMPATIBILITY_DEFAULTS: tuple[tuple[str, str, Any], ...] = (

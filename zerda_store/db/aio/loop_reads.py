@@ -8,7 +8,7 @@ sent from the event loop instead, on a connection an earlier unit of work left i
 psycopg's own execution of the statement, its waits awaited on the loop
 (``psycopg.waiting.wait_async``), so the loop serves other requests while the server
 answers. The loop never waits for anything but the socket and a kept connection given
-back by another of its round trips (:mod:`kept`): with none (the pool's checkout may open
+back by another of its round trips (:mod:`connections.idle`): with none (the pool's checkout may open
 one) the read goes to a thread as before.
 
 The read runs in autocommit, as the general path's single-statement read does. A driver
@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from ..telemetry import units
-from .driver import Runnable, kept_cursor, named_rows
-from .pipeline import closed_by_server
-from .unit_of_work import OneStatement
-
-if TYPE_CHECKING:
-    from .engine import Store
+from ...telemetry import units
+from ..execution.driver import Runnable, kept_cursor, named_rows
+from ..execution.pipeline import closed_by_server
+from ..execution.unit_of_work import OneStatement
+from .unit_of_work import AsyncDatabase
 
 T = TypeVar("T")
 
@@ -37,7 +35,7 @@ T = TypeVar("T")
 _WAIT_INTERVAL = 0.1
 
 
-async def read(store: Store, work: OneStatement[T]) -> T:
+async def read(store: AsyncDatabase, work: OneStatement[T]) -> T:
     """``work``'s answer, read from the event loop (see the module), else on a thread."""
     statement = work.statement
     if statement is None:
@@ -53,7 +51,7 @@ async def read(store: Store, work: OneStatement[T]) -> T:
 
 
 async def _read_on_loop(
-    store: Store,
+    store: AsyncDatabase,
     work: OneStatement[T],
     wait: Callable[..., Awaitable[Any]],
     connection: Any,

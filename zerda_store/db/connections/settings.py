@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
 
-from ..errors import StoreError
+from ...errors import StoreError
 from .urls import safe_url, secret_query
 
 logger = logging.getLogger("zerda_store.engine")

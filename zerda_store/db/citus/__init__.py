@@ -1,0 +1,1 @@
+"""Citus: distributing the tables by session, and growing and shrinking the cluster."""

@@ -1,0 +1,1 @@
+"""How a store connects: database URLs, engines with the right settings, and the idle driver connections kept between units of work."""
