@@ -1,5 +1,5 @@
 """What the memory's sync calls (:mod:`conversation`), their awaitable twins
-(:mod:`conversation_aio`) and its identity calls (:mod:`identity`) stand on: the
+(:mod:`aio.conversation`) and its identity calls (:mod:`identity`) stand on: the
 :class:`MemoryCore` holding the constructor, the parts it builds (repositories, policies,
 views) and the private steps every call shares. It imports none of the classes built on it.
 """

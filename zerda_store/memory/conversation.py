@@ -25,8 +25,8 @@ from ..validation import (
     checked_session_id,
     mapping_text,
 )
+from .aio.conversation import AsyncMethods
 from .base import RECALL_LIMIT, checked_key, entity_info, outcome
-from .conversation_aio import AsyncMethods
 from .identity import IdentityMethods
 
 

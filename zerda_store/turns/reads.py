@@ -1,7 +1,7 @@
 """The memory's reads: recall, an entity's details, its snippets, the session's entities
 and stats (:class:`Reads`, the base of :class:`repository.Repository`, which adds the
 saves). Each ``..._work`` method builds the unit of work that the sync read here and the
-async one (:mod:`repository_aio`) both run; ``visible`` is the session's retention at this
+async one (:mod:`aio.repository`) both run; ``visible`` is the session's retention at this
 moment, or None without a policy (the reads are then exactly the plain ones).
 """
 

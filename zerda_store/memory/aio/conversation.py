@@ -14,14 +14,14 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, Self
 
-from ..extraction import ExtractionResult
-from ..model.records import ForgetReceipt, turn_text
-from ..retention.policy import Visibility, visibility
-from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
-from ..telemetry.operations import current as observed_operation
-from ..turns.repository_aio import AsyncRepository
-from ..validation import mapping_text
-from .base import RECALL_LIMIT, MemoryCore, checked_key, entity_info, outcome
+from ...extraction import ExtractionResult
+from ...model.records import ForgetReceipt, turn_text
+from ...retention.policy import Visibility, visibility
+from ...telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
+from ...telemetry.operations import current as observed_operation
+from ...turns.aio.repository import AsyncRepository
+from ...validation import mapping_text
+from ..base import RECALL_LIMIT, MemoryCore, checked_key, entity_info, outcome
 
 
 class AsyncMethods(MemoryCore):

@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..db.aio import loop_reads, loop_writes
-from ..db.execution.unit_of_work import OneStatement
-from ..model.records import EntityRecord, Mention, NewTurn, SessionStats
-from ..retention.policy import Visibility
-from .repository import Repository, one_trip_outcome
-from .rows import recalled
+from ...db.aio import loop_reads, loop_writes
+from ...db.execution.unit_of_work import OneStatement
+from ...model.records import EntityRecord, Mention, NewTurn, SessionStats
+from ...retention.policy import Visibility
+from ..repository import Repository, one_trip_outcome
+from ..rows import recalled
 
 T = TypeVar("T")
 

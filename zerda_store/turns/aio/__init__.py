@@ -1,0 +1,1 @@
+"""The async twin of the turns' repository, under the same stem."""
