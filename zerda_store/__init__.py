@@ -11,8 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from . import migrate
     from .admin import AdminRepository
-    from .db.migration import migrate
     from .db.store import Store
     from .errors import (
         CancelledAfterCommitError,
@@ -71,7 +71,7 @@ _HOMES = {
     "StatementTimeoutError": "errors",
     "Store": "db.store",
     "StoreError": "errors",
-    "migrate": "db.migration.migrate",
+    "migrate": "migrate",
 }
 
 __all__ = [

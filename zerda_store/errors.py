@@ -79,3 +79,11 @@ class PoolerModeError(DatabaseError):
 class PoolExhaustedError(StoreError):
     """Every connection a store may open stayed in use for ``pool_timeout`` seconds: more
     calls at once than the store's pool (``async_pool_size``) serves. Nothing was run."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of a driver error (SQLAlchemy's wrapper adds the statement and a
+    link), as it came, secrets and all: pass it through
+    :meth:`Store.mask_secrets` before showing it."""
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return detail[0] if detail else type(exc).__name__

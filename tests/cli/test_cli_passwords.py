@@ -4,12 +4,13 @@ destination of `copy --to` (Postgres; every form of ``tests.passwords.FORMS``)."
 
 from __future__ import annotations
 
-import functools
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
+import zerda_store
 from tests.cli.helpers import json_of, one_line_error, populate, succeeded, url_maker
 from tests.passwords import (
     WRONG,
@@ -23,7 +24,6 @@ from tests.passwords import (
 from tests.reliability.helpers import NamesExtractor
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.cli import main
-from zerda_store.db import store as store_module
 from zerda_store.db.connections.urls import DATABASE_URL_ENV
 
 
@@ -112,6 +112,13 @@ def with_ada(secret_database: RoleDatabase) -> RoleDatabase:
     return secret_database
 
 
+class _QuickStore(Store):
+    """A store that waits 0.3 s for a lock."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, lock_timeout=0.3, **kwargs)
+
+
 @pytest.mark.postgres
 def test_a_lock_timeout(
     form: Form,
@@ -120,8 +127,8 @@ def test_a_lock_timeout(
     postgres_admin: sa.Engine,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The commands take the store class from the store module when they open one.
-    monkeypatch.setattr(store_module, "Store", functools.partial(Store, lock_timeout=0.3))
+    # The commands take the store class from the package when they open one.
+    monkeypatch.setattr(zerda_store, "Store", _QuickStore)
     with table_locked(postgres_admin, with_ada):
         # A recall through a unit of work, then the operators' listing (plain SQLAlchemy).
         line = error_line(run(with_ada.url(), given, "entity", "Ada", "--session", "s"), form)

@@ -23,7 +23,7 @@ def citus() -> None:
 @click.pass_obj
 def nodes(obj: Context, as_json: bool) -> None:
     """List the nodes with their shard placements and the copies moves left on them."""
-    from ..db.citus import nodes as cluster
+    from ..migrate import cluster
 
     found = cluster.nodes(obj.open(reading=True))
     if as_json:
@@ -47,7 +47,7 @@ def add_worker(obj: Context, address: str, no_rebalance: bool) -> None:
     then move shards to it (citus_rebalance_start, shard_transfer_mode 'auto'), printing the
     job's progress. Checks first that every node runs with wal_level = logical and no
     rebalance runs."""
-    from ..db.citus import nodes as cluster
+    from ..migrate import cluster
 
     store = obj.changing_store()
     cluster.add_worker(store, address, print_text)
@@ -62,7 +62,7 @@ def rebalance(obj: Context) -> None:
     'auto': writes pause only for each move's last catch-up), printing the job's progress
     until it finishes, then drop the copies the moves left behind
     (citus_cleanup_orphaned_resources: they hold the moved sessions' rows)."""
-    from ..db.citus import nodes as cluster
+    from ..migrate import cluster
 
     store = obj.changing_store()
     found = cluster.problems(store)
@@ -78,6 +78,6 @@ def drain(obj: Context, address: str) -> None:
     """Move every shard off a worker (shouldhaveshards = false, then a drain-only rebalance
     in 'auto' mode), drop the copies the moves left on it (citus_cleanup_orphaned_resources),
     then remove it (citus_remove_node). Refused for the coordinator and the last worker."""
-    from ..db.citus import nodes as cluster
+    from ..migrate import cluster
 
     cluster.drain(obj.changing_store(), address, print_text)

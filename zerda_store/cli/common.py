@@ -25,9 +25,8 @@ from ..errors import StoreError
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
+    from .. import ConversationEntityMemory, Store
     from ..admin import AdminRepository
-    from ..db.store import Store
-    from ..memory.conversation import ConversationEntityMemory
 
 # Control characters (Unicode category Cc: C0, DEL, C1) move the cursor, retitle the window
 # or start escape sequences; the bidi embeddings, overrides and isolates reorder the text
@@ -78,7 +77,7 @@ class Context:
         self._urls: list[URL] = []
 
     def open(self, *, reading: bool) -> Store:
-        from ..db.store import Store
+        from .. import Store
 
         if self._store is None:
             self._store = Store(
@@ -94,28 +93,27 @@ class Context:
     def open_store(self, database_url: str | None) -> Store:
         """A store on ``database_url``, whose secrets :meth:`scrub` then masks (the caller
         closes it)."""
-        from ..db.connections.urls import resolve_url
-        from ..db.store import Store
+        from .. import Store
 
-        url = resolve_url(database_url)
+        url = Store.resolve_url(database_url)
         self._urls.append(url)
         return Store(url)
 
     def scrub(self, text: str) -> str:
         """``text`` with the secrets of every URL this command was given masked (the demo
         opens its own store on the main URL)."""
-        from ..db.connections.urls import resolve_url, scrub
+        from .. import Store
 
         urls = list(self._urls)
         with contextlib.suppress(StoreError):
-            urls.append(resolve_url(self.database_url))
+            urls.append(Store.resolve_url(self.database_url))
         for url in urls:
-            text = scrub(text, url)
+            text = Store.mask_secrets(text, url)
         return text
 
     def reading_store(self) -> Store:
         """A read-only store on a zerda_store database at head."""
-        from ..db.migration import migrate
+        from .. import migrate
 
         store = self.open(reading=True)
         migrate.ensure_schema(store, auto_migrate=False, create=False)
@@ -125,7 +123,7 @@ class Context:
         """A store on an existing zerda_store database at head, for changing what it
         holds: never created, never upgraded (a schema behind head is refused, naming
         `db upgrade`, which reports what its upgrade changes)."""
-        from ..db.migration import migrate
+        from .. import migrate
 
         store = self.open(reading=False)
         store.require_file()
@@ -139,7 +137,7 @@ class Context:
 
     def memory(self, session_id: str) -> ConversationEntityMemory:
         """A memory on the session for reading it."""
-        from ..memory.conversation import ConversationEntityMemory
+        from .. import ConversationEntityMemory
 
         return ConversationEntityMemory(store=self.reading_store(), session_id=session_id)
 
@@ -147,7 +145,7 @@ class Context:
         self, session_id: str, name: str, *, reading: bool = True
     ) -> ConversationEntityMemory:
         """The session's memory, in the session's own key mode, in which NAME is an entity."""
-        from ..memory.conversation import ConversationEntityMemory
+        from .. import ConversationEntityMemory
 
         store = self.reading_store() if reading else self.changing_store()
         memory = ConversationEntityMemory.for_session(store, session_id)
@@ -158,7 +156,7 @@ class Context:
     def session_memory(self, session_id: str) -> ConversationEntityMemory:
         """The session's memory on a writable store, in the session's own key mode, for
         changing it: expired rows not yet pruned are within reach (an erasure finds them)."""
-        from ..memory.conversation import ConversationEntityMemory
+        from .. import ConversationEntityMemory
 
         store = self.changing_store()
         store.check_writable()
@@ -174,8 +172,8 @@ class Context:
     def importing_repository(self) -> AdminRepository:
         """The operators' queries for bringing data in: an empty database of either
         backend gets zerda_store's schema first (:func:`migrate.prepare_for_new_data`)."""
+        from .. import migrate
         from ..admin import AdminRepository
-        from ..db.migration import migrate
 
         migrate.prepare_for_new_data(self.store)
         return AdminRepository(self.store)
@@ -183,9 +181,9 @@ class Context:
     def database_files(self) -> list[Path]:
         """The files of the SQLite database this command reads (the database, its journal,
         -wal and -shm); none for Postgres, or a URL that names no file."""
-        from ..db.connections.urls import resolve_url
+        from .. import Store
 
-        url = resolve_url(self.database_url)
+        url = Store.resolve_url(self.database_url)
         if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
             return []
         database = Path(str(url.database))
@@ -235,7 +233,7 @@ def _one_line(ctx: click.Context, exc: Exception) -> Exception:
     modules: a command that never loaded SQLAlchemy or Alembic cannot have raised them."""
     sqlalchemy_errors = sys.modules.get("sqlalchemy.exc")
     if sqlalchemy_errors is not None and isinstance(exc, sqlalchemy_errors.DBAPIError):
-        from ..db.connections.urls import first_line
+        from ..errors import first_line
 
         detail = first_line(exc) if isinstance(ctx.obj, Context) else type(exc).__name__
         return click.ClickException(escaped(_scrubbed(ctx, f"database error: {detail}")))

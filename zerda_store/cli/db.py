@@ -28,12 +28,12 @@ def distribute(obj: Context, dry_run: bool, as_json: bool) -> None:
     run prints the statements and exits 1 if anything blocks them. --json prints
     {"dry_run", "ran", "statements", "already_distributed", "blockers"}; a run that is
     blocked changes nothing and is refused in one line (the dry run lists every blocker)."""
-    from ..db.citus import distribution
+    from .. import migrate
 
     if dry_run:
-        plan = distribution.plan(obj.open(reading=True))
+        plan = migrate.distribution_plan(obj.open(reading=True))
     else:
-        plan = distribution.distribute(obj.store)
+        plan = migrate.distribute(obj.store)
     if as_json:
         click.echo(
             json.dumps(
@@ -135,12 +135,11 @@ def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
     """Re-key what servers of the previous release saved since `db upgrade` (run once the
     last of them has stopped): session by session, short transactions; run again after an
     interruption. Prints each merge with the command that undoes it."""
-    from ..db.migration import migrate
-    from ..identity.rekeying import Rekeying
+    from .. import migrate
 
     store = obj.changing_store()
     migrate.require_store_database(store)
-    rekeying = Rekeying(store, assume_normalized=set(normalized))
+    rekeying = migrate.Rekeying(store, assume_normalized=set(normalized))
     if idle := rekeying.without_effect(normalized):  # H8: never silently ignored
         raise click.UsageError(
             "--assume-normalized would change nothing for "
@@ -160,7 +159,7 @@ def contract(obj: Context, as_json: bool) -> None:
     """Drop the defaults the schema keeps for servers of the previous release (the contract
     step of an upgrade): run once the last of them has stopped and `db rekey` has run.
     Refused, changing nothing, while entities `db rekey` would re-key remain."""
-    from ..db.migration import migrate
+    from .. import migrate
 
     dropped = migrate.contract(obj.changing_store())
     if as_json:
@@ -200,14 +199,14 @@ def grant(
     views and sequences, now and (default privileges) on what later upgrades create (Postgres;
     run as the tables' owner; running it again changes nothing). --json prints {"dry_run",
     "schema", "owner", "service", "inspector", "created", "statements", "warnings"}."""
-    from ..db.migration import roles
+    from .. import migrate
 
     if dry_run:
-        done = roles.plan(
+        done = migrate.grant_plan(
             obj.open(reading=True), service=service, inspector=inspector, create=create
         )
     else:
-        done = roles.grant(obj.store, service=service, inspector=inspector, create=create)
+        done = migrate.grant(obj.store, service=service, inspector=inspector, create=create)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, **asdict(done)}))
         return

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..db.store import Store
-from ..memory.conversation import ConversationEntityMemory
+from .. import ConversationEntityMemory, Store
 from .common import plural
 
 DEMO_SESSION = "demo"

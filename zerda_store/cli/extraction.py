@@ -38,9 +38,8 @@ def reextract(
     any of them still fails (e.g. the stanza model cannot load), naming why."""
     from tqdm import tqdm
 
+    from .. import ConversationEntityMemory, StanzaExtractor
     from ..admin import AdminRepository
-    from ..extraction import StanzaExtractor
-    from ..memory.conversation import ConversationEntityMemory
 
     store = obj.changing_store()
     store.check_writable()

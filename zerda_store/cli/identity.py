@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from ..memory.conversation import ConversationEntityMemory
+    from .. import ConversationEntityMemory
 
 from .common import Context, json_option, output, plural, print_text, session_option, when
 
@@ -27,8 +27,8 @@ _MERGE_ID = click.IntRange(1, 2**63 - 1)
 def session_memory(obj: Context, session_id: str, *, reading: bool) -> ConversationEntityMemory:
     """The existing session's memory, in its own key mode: on a read-only store for
     reading, else on a writable one (a read-only store is refused before anything)."""
+    from .. import ConversationEntityMemory
     from ..admin import AdminRepository
-    from ..memory.conversation import ConversationEntityMemory
 
     store = obj.reading_store() if reading else obj.changing_store()
     if not reading:

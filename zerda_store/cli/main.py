@@ -123,7 +123,7 @@ def db_upgrade(
 ) -> None:
     """Upgrade the schema to REVISION (default: head); print the merges it made, each with
     the command that undoes it."""
-    from ..db.migration import migrate
+    from .. import migrate
 
     assumed = True if assume_all_normalized else set(normalized)
     if assumed:
@@ -326,7 +326,7 @@ def _erased(receipt: dict[str, Any]) -> str:
 def demo(obj: Context, as_json: bool) -> None:
     """Run a short scripted CRM conversation and show what the memory recalls (the schema
     is created first in an empty database). Run it twice: the memory survives."""
-    from ..db.migration import migrate
+    from .. import migrate
     from .demo import run_demo
 
     migrate.prepare_for_new_data(obj.store)

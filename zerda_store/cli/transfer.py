@@ -38,7 +38,7 @@ def export_command(obj: Context, session_id: str, output: str, include_expired: 
     """Write one session (turns, entities, snippets, timestamps) as JSON Lines, ending
     with a line of counts and a checksum that `import` requires. What the session's
     retention policy has expired is left out unless --include-expired."""
-    from ..transfer.format import write_session, write_session_file
+    from ..transfer import write_session, write_session_file
 
     if output != "-":
         obj.refuse_own_file(output)
@@ -93,10 +93,7 @@ def import_command(
     """Read a session exported by `export` into SESSION, in one transaction. The whole
     file is checked first; a bad or truncated file is refused, and nothing is written.
     An empty database gets zerda_store's schema first."""
-    from ..retention.carrying import described
-    from ..transfer.checks import file_key_rules
-    from ..transfer.format import ExportFile
-    from ..validation import checked_session_id
+    from ..transfer import ExportFile, checked_session_id, described, file_key_rules
 
     checked_session_id(session_id)
     with _file_errors(file), _readable(file) as path:
@@ -168,10 +165,9 @@ def copy(
     Sessions that already hold data there are skipped, so an interrupted copy can be run
     again to finish it.
     """
-    from ..db.connections.urls import resolve_url
-    from ..db.migration import migrate
+    from .. import Store, migrate
 
-    target = resolve_url(destination)
+    target = Store.resolve_url(destination)
     if target.get_backend_name() == "sqlite" and target.database not in (None, "", ":memory:"):
         obj.refuse_own_file(str(target.database))
     source = obj.reader()

@@ -36,6 +36,7 @@ from ..errors import (
     PoolExhaustedError,
     ReadOnlyStoreError,
     StoreError,
+    first_line,
 )
 from ..telemetry import Telemetry, default_telemetry
 from .aio.store import DEFAULT_ASYNC_POOL_SIZE, DEFAULT_LLM_WORKERS, AsyncPart
@@ -52,7 +53,7 @@ from .connections.settings import (
     prepared_statements_option,
     transaction_settings,
 )
-from .connections.urls import first_line, resolve_url, safe_url, scrub
+from .connections.urls import resolve_url, safe_url, scrub
 from .execution import unit_of_work
 from .execution.driver import CompiledStatement, compile_statement
 from .execution.unit_of_work import SessionLock, Transaction
@@ -169,6 +170,19 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({safe_url(self.url)!r})"
+
+    @staticmethod
+    def resolve_url(database_url: str | URL | None = None) -> URL:
+        """The URL ``Store(database_url)`` opens: the argument, else
+        ``ZERDA_STORE_DATABASE_URL``, else the SQLite file; ``postgresql://`` mapped to
+        psycopg 3, and a password in ``?password=`` or with unencoded ``@`` signs taken."""
+        return resolve_url(database_url)
+
+    @staticmethod
+    def mask_secrets(text: str, url: URL) -> str:
+        """``text`` with every secret of ``url`` (password, secret query values) masked, raw
+        or percent-encoded: for showing a driver's message or a URL to a person."""
+        return scrub(text, url)
 
     @property
     def location(self) -> str:

@@ -231,10 +231,3 @@ def resolve_url(database_url: str | URL | None = None) -> URL:
     if url.get_backend_name() == "postgresql":
         url = with_password_from_query(url)
     return url
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of a driver error (SQLAlchemy's wrapper adds the statement and a
-    link), as it came, secrets and all: pass it through :func:`scrub` before showing it."""
-    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return detail[0] if detail else type(exc).__name__

@@ -1,0 +1,67 @@
+"""The schema's operations: the public face of ``zerda-store db …``, as ``alembic.command``
+is Alembic's. Upgrade and downgrade, what a database holds, the contract step, re-keying,
+least-privilege roles and, on Citus, distribution and the cluster's workers::
+
+    from zerda_store import Store, migrate
+
+    with Store(url) as store:
+        migrate.upgrade(store)
+
+Each operation takes a :class:`~zerda_store.Store`; the command line calls these and nothing
+below them.
+"""
+
+from __future__ import annotations
+
+from .db.citus import nodes as cluster
+from .db.citus.distribution import distribute
+from .db.citus.distribution import plan as distribution_plan
+from .db.migration.drift import describe as describe_differences
+from .db.migration.lock import locked_connection
+from .db.migration.migrate import (
+    alembic_config,
+    check,
+    contract,
+    current_revision,
+    downgrade,
+    downgrade_steps,
+    ensure_schema,
+    head_revision,
+    known_revisions,
+    migrations_dir,
+    prepare_for_new_data,
+    require_store_database,
+    upgrade,
+)
+from .db.migration.roles import grant
+from .db.migration.roles import plan as grant_plan
+from .db.migration.survey import Survey, survey, upgrade_command
+from .identity.rekeying import Rekeying, SessionRekeyed
+
+__all__ = [
+    "Rekeying",
+    "SessionRekeyed",
+    "Survey",
+    "alembic_config",
+    "check",
+    "cluster",
+    "contract",
+    "current_revision",
+    "describe_differences",
+    "distribute",
+    "distribution_plan",
+    "downgrade",
+    "downgrade_steps",
+    "ensure_schema",
+    "grant",
+    "grant_plan",
+    "head_revision",
+    "known_revisions",
+    "locked_connection",
+    "migrations_dir",
+    "prepare_for_new_data",
+    "require_store_database",
+    "survey",
+    "upgrade",
+    "upgrade_command",
+]
