@@ -1,6 +1,6 @@
 """Service throughput: a chat service on one shared Store, as a new user would build it.
 
-The FastAPI app as the README writes it (served by uvicorn on 127.0.0.1, in a child
+The FastAPI app as docs/async.md writes it (served by uvicorn on 127.0.0.1, in a child
 process; :mod:`benchmarks.service_apps`) answers ``POST /chat``: a new memory for the
 customer's session, ``aload_memory_variables``, a fake chat call of 300 ms
 (``asyncio.sleep``), then ``asave_context`` with the message id as ``idempotency_key``.

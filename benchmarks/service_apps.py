@@ -1,6 +1,6 @@
 """The services :mod:`benchmarks.service` measures, each served by uvicorn in a child process.
 
-- ``fastapi`` and ``control``: the FastAPI app as the README writes it, and the same app
+- ``fastapi`` and ``control``: the FastAPI app as docs/async.md writes it, and the same app
   without the memory (:mod:`benchmarks.service_fastapi`).
 - ``asgi``: the same turn in a raw ASGI app (no framework).
 """

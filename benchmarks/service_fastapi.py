@@ -1,4 +1,4 @@
-"""The FastAPI app of :mod:`benchmarks.service` as the README writes it, and its control.
+"""The FastAPI app of :mod:`benchmarks.service` as docs/async.md writes it, and its control.
 
 - ``memory=True``: lifespan opens one shared :class:`Store`; ``POST /chat`` makes a memory
   for the request's customer, ``aload_memory_variables``, a 300 ms chat call,
@@ -29,7 +29,7 @@ class Turn(BaseModel):
 
 
 def make_fastapi_app(url: str, llm: Any, llm_workers: int, pool_size: int, *, memory: bool) -> Any:
-    """The README's FastAPI app (``memory=True``), or its control without the memory."""
+    """The FastAPI app of docs/async.md (``memory=True``), or its control without the memory."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
