@@ -111,9 +111,26 @@ def _turn_names(connection: sa.Connection, session_id: str) -> Iterable[Sequence
     return (names for names in connection.execute(query).scalars() if names)
 
 
+def _lock_entities(connection: sa.Connection, session_id: str) -> None:
+    """Lock the session's entities, in key order as saves upsert them (no deadlock with
+    one). A save of the previous release (which takes no session lock) that upserted one of
+    them has committed before this returns, so its snippet is read and moved with the
+    rest; one that comes later waits for the commit, then finds the entity under its new key
+    or (merged away) makes a new one, which `db rekey` re-keys: none is deleted with a
+    merged entity. SQLite has one writer at a time: nothing to lock there."""
+    query = (
+        sa.select(ENTITIES.c.id)
+        .where(ENTITIES.c.session_id == session_id)
+        .order_by(ENTITIES.c.name_key)
+        .with_for_update()
+    )
+    connection.execute(query).all()
+
+
 def _rekey_session(
     connection: sa.Connection, session_id: str, now: float, assume_normalized: bool
 ) -> SessionOutcome:
+    _lock_entities(connection, session_id)
     rows = _entities(connection, session_id)
     found = written_with(rows, _turn_names(connection, session_id))
     if found == UNSURE and assume_normalized:

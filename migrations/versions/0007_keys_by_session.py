@@ -15,9 +15,9 @@ entity, the snippets dropped with it), so that no new row takes one.
 On Postgres, when the revision runs in transactions of its own (``db upgrade``), the new
 keys' indexes are built first with ``CREATE INDEX CONCURRENTLY`` (reads and writes go on),
 then one short transaction swaps the keys onto them (``PRIMARY KEY USING INDEX``, foreign
-keys ``NOT VALID``), and each foreign key is validated in a transaction of its own
-(VALIDATE lets reads and writes go on). Re-run after an interruption, it goes on where it
-stopped.
+keys ``NOT VALID``), having locked the tables first in the order saves lock them, and each
+foreign key is validated in a transaction of its own (VALIDATE lets reads and writes go
+on). Re-run after an interruption, it goes on where it stopped.
 
 Revision ID: 0007
 Revises: 0006
@@ -71,6 +71,8 @@ FOREIGN_KEYS = (
     ("extractions", "turn_id", "turns"),
     ("entity_aliases", "entity_id", "entities"),
 )
+# In the order a save takes their locks (turns, entities, contexts, extractions), then the
+# identity tables, which saves do not write.
 KEYED_TABLES = ("turns", "entities", "contexts", "extractions", "entity_aliases", "entity_merges")
 REFERRED = ("turns", "entities")
 NEVER_REUSED = ("entities", "contexts", "entity_aliases")
@@ -230,6 +232,11 @@ def _postgres_online() -> None:
                 op.get_bind().exec_driver_sql(
                     f"CREATE {unique}INDEX CONCURRENTLY {name} ON {table} ({columns})"
                 )
+        # Every table's lock first, in the order saves take them (the turn, its entities,
+        # their snippets, its ledger row): taken table by table as the statements below
+        # come to them, the swap held contexts and entities while it waited for turns,
+        # which a save held while it waited for entities.
+        op.execute(f"LOCK TABLE {', '.join(KEYED_TABLES)} IN ACCESS EXCLUSIVE MODE")
         for table, column, referred in FOREIGN_KEYS:
             op.drop_constraint(_single(table, column, referred), table, type_="foreignkey")
         for table in KEYED_TABLES:

@@ -69,7 +69,7 @@ def released_python() -> Path:
     subprocess.run(
         [str(building / "venv" / "bin" / "pip"), "install", "--quiet",
          f"{building / 'source'}[postgres]"],
-        check=True, env=_clean_environment(),
+        check=True, env=clean_environment(),
     )  # fmt: skip
     try:
         building.rename(home)  # another run may have built it meanwhile: keep theirs
@@ -78,7 +78,7 @@ def released_python() -> Path:
     return python
 
 
-def _clean_environment() -> dict[str, str]:
+def clean_environment() -> dict[str, str]:
     """Without PYTHONPATH, which would put this checkout's zerda_store before the release's."""
     return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
@@ -92,7 +92,7 @@ class ReleasedServer:
         self.process = subprocess.Popen(
             [str(released_python()), str(script), database_url, session_id],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8",
-            cwd=workdir, env=_clean_environment(),
+            cwd=workdir, env=clean_environment(),
         )  # fmt: skip
         assert self._answer() == "ready"
 
