@@ -59,6 +59,7 @@ def merge(
     ``alias``: the merged entity's name becomes an alias of the kept one."""
     if kept.id == merged.id:
         raise MergeError(f"{kept.name!r} and {merged.name!r} are one entity already")
+    kept, merged = _locked(transaction, statements, kept, merged)
     # Every statement names the session: Citus then runs it on the session's shard alone.
     session = {"session_id": kept.session_id}
     kept_turns = {
@@ -107,6 +108,25 @@ def merge(
     return MergeReceipt(
         int(merge_id), kept.name, merged.name, len(moved), len(dropped), len(aliases)
     )
+
+
+def _locked(
+    transaction: Transaction, statements: IdentityStatements, kept: Any, merged: Any
+) -> tuple[Any, Any]:
+    """Both entities locked (in key order, as saves take them) with the fields saves change
+    read again: a save that holds either has committed, and its snippet is read and moved
+    with the others; a later one waits for the merge (a save of the previous release takes
+    no session lock, so the session's lock alone does not keep it out). Deleting the
+    merged entity would otherwise delete the snippet that save added meanwhile."""
+    values = {"session_id": kept.session_id, "kept_id": kept.id, "merged_id": merged.id}
+    fresh = {row.id: row for row in transaction.run(statements.lock_pair, values)}
+    if len(fresh) != 2:
+        raise MergeError(f"{kept.name!r} or {merged.name!r} is gone (forgotten meanwhile?)")
+
+    def updated(row: Any) -> Any:
+        return row._replace(**{name: getattr(fresh[row.id], name) for name in _KEPT_FIELDS})
+
+    return updated(kept), updated(merged)
 
 
 def _add_alias(

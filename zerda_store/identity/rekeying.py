@@ -86,6 +86,10 @@ class Rekeying:
 
         def work(transaction: Transaction) -> SessionRekeyed:
             values = {"session_id": session_id}
+            # Locked in key order before they are read (see ``merging``): a save of the
+            # previous release, which takes no session lock, then lands wholly before
+            # the re-keying or wholly after it.
+            transaction.run(self._statements.lock_session_entities, values)
             rows = transaction.run(self._statements.unkeyed_entities, values)
             rules, unsure = self._rules(transaction, session_id, rows, at)
             done = SessionRekeyed(session_id, rules.name, unsure)

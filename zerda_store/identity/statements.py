@@ -189,6 +189,24 @@ class IdentityStatements(Statements):
                 name=param("name", sa.String),
             )
         )
+        # Row locks in key order, the order saves upsert entities in: a save of the
+        # previous release (no session lock) that holds one commits first, one that comes
+        # later waits (``merging``, ``rekeying``). SQLite: one writer at a time, no clause.
+        self.lock_session_entities = compiled(
+            sa.select(entities.c.id)
+            .where(entity_in_session)
+            .order_by(entities.c.name_key)
+            .with_for_update()
+        )
+        self.lock_pair = compiled(
+            sa.select(*entities.c)
+            .where(
+                entity_in_session,
+                sa.or_(entities.c.id == param("kept_id"), entities.c.id == param("merged_id")),
+            )
+            .order_by(entities.c.name_key)
+            .with_for_update()
+        )
         # Entities the previous release saved during a rolling deploy (no core yet).
         self.unkeyed_sessions = compiled(
             sa.select(entities.c.session_id).where(entities.c.core_key == "").distinct()
