@@ -220,13 +220,18 @@ def against_nonstop_writers(
     step: Callable[[], T],
     *,
     settle: float = 0.5,
+    before: Callable[[], object] | None = None,
     **writers: Any,
 ) -> tuple[T, WritersReport]:
     """Run ``step`` while :class:`NonStopWriters` (``writers``: their arguments) save;
-    the writers run ``settle`` seconds before and after it. Returns the step's result and
-    the writers' report."""
+    the writers run ``settle`` seconds before and after it. ``before``: what to run once
+    the writers have started, before the step (the released version starts only on its own
+    revision: the revisions before the one a test is about run under its writers too).
+    Returns the step's result and the writers' report (of all they saved)."""
     nonstop = NonStopWriters(database_url, workdir, **writers)
     with nonstop:
+        if before is not None:
+            before()
         time.sleep(settle)
         result = step()
         time.sleep(settle)
@@ -247,14 +252,21 @@ def upgrade_against_nonstop_writers(
     database_url: str, workdir: Path, revision: str, **writers: Any
 ) -> WritersReport:
     """Upgrade the database to ``revision`` while writers of the previous release (by
-    default) save without pause, and check what each new revision must do: finish, with
-    no save failed and none lost. Returns the writers' report for further checks."""
+    default, started on the database as that release left it and kept running through the
+    revisions before ``revision``) save without pause, and check what each new revision
+    must do: finish, with no save failed and none lost. Returns the writers' report."""
 
-    def upgrade() -> None:
-        with Store(database_url) as store:
-            migrate.upgrade(store, revision)
+    def upgrade(to: str) -> Callable[[], None]:
+        def run() -> None:
+            with Store(database_url) as store:
+                migrate.upgrade(store, to)
 
-    _, report = against_nonstop_writers(database_url, workdir, upgrade, **writers)
+        return run
+
+    previous = f"{int(revision) - 1:04d}"
+    _, report = against_nonstop_writers(
+        database_url, workdir, upgrade(revision), before=upgrade(previous), **writers
+    )
     with Store(database_url) as store:
         assert migrate.current_revision(store) == revision
     assert_nothing_lost(report)
