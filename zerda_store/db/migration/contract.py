@@ -13,8 +13,10 @@ Refused, changing nothing, while entities without a core remain (``db rekey`` fi
 at a revision other than head (``db upgrade`` first). On Postgres the defaults are dropped
 in one short transaction that takes the tables' locks in the order saves do, waits
 briefly for them and tries again after a lock timeout or a deadlock (see
-:mod:`migration.lock_waits`); on SQLite the two tables are rebuilt (the views that read them are
-dropped and made again around the rebuild).
+:mod:`migration.lock_waits`); on SQLite the defaults are taken out of the tables'
+definitions in one short transaction, without copying the tables
+(:mod:`migration.sqlite_schema`; a definition it does not recognise is rebuilt instead,
+the views that read it dropped and made again).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ...errors import LockTimeoutError, ReadOnlyStoreError, SchemaNotCurrentError
 from ..store import Store
+from . import sqlite_schema
 from .lock import alembic_connection, locked_connection
 from .lock_waits import retrying_lock_timeouts, short_lock_waits
 
@@ -132,12 +135,19 @@ def _drop_postgres(connection: Connection) -> list[str]:
 
 
 def _contract_sqlite(connection: Connection) -> list[str]:
-    from alembic.operations import Operations
-    from alembic.runtime.migration import MigrationContext
-
     found = _with_default(connection)
     if not found:
         return []
+    if sqlite_schema.drop_defaults(connection, [(table, column) for table, column, _ in found]):
+        return [f"{table}.{column}" for table, column, _ in found]
+    return _rebuild_sqlite(connection, found)
+
+
+def _rebuild_sqlite(connection: Connection, found: list[tuple[str, str, Any]]) -> list[str]:
+    """The tables rebuilt without the defaults: for a table whose definition the quick
+    path does not recognise (it holds the write lock while the tables are copied)."""
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
     views: Sequence[Any] = connection.exec_driver_sql(
         "SELECT name, sql FROM sqlite_master WHERE type = 'view' ORDER BY name"
     ).all()
