@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 # Runs inside a release's environment. Arguments: the database URL, a JSON plan (writer
 # name, sessions, names), the file to write each save to, the file whose existence stops
-# it. One line per save: [session, name, marker, seconds, error or null].
+# it. One line per save: [session, name, marker, seconds, error or null, when it began].
 WRITER = r"""
 import json, os, sys, time
 from zerda_store import ConversationEntityMemory, Store
@@ -60,13 +60,13 @@ while not os.path.exists(stop):
     name = names[(n // len(sessions)) % len(names)]
     marker = f"{plan['writer']}-{n}"
     llm.name = name
-    started = time.monotonic()
+    began, started = time.time(), time.monotonic()
     try:
         memories[session].save_context({"input": f"{name} said {marker}"}, {"output": "noted"})
         error = None
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"[:500]
-    lines.append(json.dumps([session, name, marker, time.monotonic() - started, error],
+    lines.append(json.dumps([session, name, marker, time.monotonic() - started, error, began],
                             ensure_ascii=False))
     n += 1
 for memory in memories.values():
@@ -87,6 +87,7 @@ class Save:
     marker: str
     seconds: float
     error: str | None
+    started_at: float = 0.0  # epoch seconds
 
     @property
     def input_text(self) -> str:
@@ -181,11 +182,17 @@ class NonStopWriters:
                 text = output.read_text(encoding="utf-8")
                 self.saves += [Save(*json.loads(line)) for line in text.splitlines() if line]
 
-    def report(self, store: Store) -> WritersReport:
-        """What the writers saw, and which acknowledged saves lost their turn or snippet."""
+    def report(self, store: Store, during: tuple[float, float] | None = None) -> WritersReport:
+        """What the writers saw, and which acknowledged saves lost their turn or snippet;
+        ``during``: only the saves begun between these two times (epoch seconds)."""
         found = _turns_and_snippets(store, self.sessions)
-        report = WritersReport(len(self.saves))
-        for save in self.saves:
+        saves = [
+            save
+            for save in self.saves
+            if during is None or during[0] <= save.started_at < during[1]
+        ]
+        report = WritersReport(len(saves))
+        for save in saves:
             if save.error is not None:
                 report.failed.append(save.error)
                 continue
@@ -282,67 +289,52 @@ def fill_released(
     """Sessions ``s0``.. of the released version (fold-v1 keys), each with
     ``entities_per_session`` entities ("Müller" and "Muller" among them: one key under
     fold-v2, so that re-keying merges them) and turns naming two of them each, with their
-    snippets; returns the session ids."""
+    snippets; returns the session ids. Bulk inserts: 100,000 turns take seconds."""
     names = ["Müller", "Muller"] + [f"Person {n}" for n in range(2, entities_per_session)]
     session_ids = [f"s{n}" for n in range(sessions)]
+
+    def named(t: int) -> list[str]:
+        return sorted({names[t % len(names)], names[(t * 7 + 1) % len(names)]})
+
     with store.connect() as connection, connection.begin():
-        turn_ids = _insert_turns(connection, session_ids, turns_per_session, names)
-        entity_ids = _insert_entities(connection, session_ids, names, turn_ids)
-        snippets = [
-            {"session": session_id, "entity": entity_ids[session_id, names[k % len(names)]],
-             "turn": turn_id, "text": f"turn {turn_id} about {names[k % len(names)]}"}
-            for session_id in session_ids
-            for t, turn_id in enumerate(turn_ids[session_id])
-            for k in {t % len(names), (t * 7 + 1) % len(names)}
-        ]  # fmt: skip
+        connection.execute(
+            sa.text(
+                "INSERT INTO turns (session_id, input_text, output_text, entity_names, "
+                "created_at) VALUES (:session, :text, 'noted', :names, :at)"
+            ),
+            [{"session": session_id, "text": f"turn {t}", "names": json.dumps(named(t)),
+              "at": 1_700_000_000.0 + t}
+             for session_id in session_ids for t in range(turns_per_session)],
+        )  # fmt: skip
+        turn_ids = _ids(connection, "SELECT session_id, id FROM turns ORDER BY id")
+        connection.execute(
+            sa.text(
+                "INSERT INTO entities (session_id, name_key, name, entity_type, first_seen, "
+                "last_seen, first_turn_id, first_position) VALUES (:session, :key, :name, "
+                "'unknown', :at, :at, :turn, 0)"
+            ),
+            [{"session": session_id, "key": FOLD_V1.key(name), "name": name,
+              "at": 1_700_000_000.0 + n, "turn": turn_ids[session_id][n]}
+             for session_id in session_ids for n, name in enumerate(names)],
+        )  # fmt: skip
+        entity_ids = _ids(connection, "SELECT session_id, id FROM entities ORDER BY id")
         connection.execute(
             sa.text(
                 "INSERT INTO contexts (session_id, entity_id, turn_id, turn_seq, text) "
                 "VALUES (:session, :entity, :turn, :turn, :text)"
             ),
-            snippets,
-        )
+            [{"session": session_id, "entity": entity_ids[session_id][names.index(name)],
+              "turn": turn_id, "text": f"turn {turn_id} about {name}"}
+             for session_id in session_ids
+             for t, turn_id in enumerate(turn_ids[session_id])
+             for name in named(t)],
+        )  # fmt: skip
     return session_ids
 
 
-def _insert_turns(
-    connection: sa.Connection, session_ids: list[str], count: int, names: list[str]
-) -> dict[str, list[int]]:
-    insert = sa.text(
-        "INSERT INTO turns (session_id, input_text, output_text, entity_names, created_at) "
-        "VALUES (:session, :text, 'noted', :names, :at) RETURNING id"
-    )
-    turn_ids: dict[str, list[int]] = {}
-    for session_id in session_ids:
-        turn_ids[session_id] = [
-            connection.execute(
-                insert,
-                {"session": session_id, "text": f"turn {t}", "at": 1_700_000_000.0 + t,
-                 "names": json.dumps(sorted({names[t % len(names)],
-                                             names[(t * 7 + 1) % len(names)]}))},
-            ).scalar_one()
-            for t in range(count)
-        ]  # fmt: skip
-    return turn_ids
-
-
-def _insert_entities(
-    connection: sa.Connection,
-    session_ids: list[str],
-    names: list[str],
-    turn_ids: dict[str, list[int]],
-) -> dict[tuple[str, str], int]:
-    insert = sa.text(
-        "INSERT INTO entities (session_id, name_key, name, entity_type, first_seen, "
-        "last_seen, first_turn_id, first_position) VALUES (:session, :key, :name, 'unknown', "
-        ":at, :at, :turn, 0) RETURNING id"
-    )
-    ids = {}
-    for session_id in session_ids:
-        for n, name in enumerate(names):
-            ids[session_id, name] = connection.execute(
-                insert,
-                {"session": session_id, "key": FOLD_V1.key(name), "name": name,
-                 "at": 1_700_000_000.0 + n, "turn": turn_ids[session_id][n]},
-            ).scalar_one()  # fmt: skip
+def _ids(connection: sa.Connection, query: str) -> dict[str, list[int]]:
+    """Each session's ids in the order they were inserted."""
+    ids: dict[str, list[int]] = {}
+    for session_id, id_ in connection.execute(sa.text(query)):
+        ids.setdefault(session_id, []).append(int(id_))
     return ids
