@@ -160,12 +160,16 @@ class NonStopWriters:
             # Each writer starts at another session, so that they meet in all of them.
             sessions = self.sessions[n:] + self.sessions[:n]
             plan = {"writer": f"{self.release[0]}{n}", "sessions": sessions, "names": self.names}
+            arguments = [*command, self.url, json.dumps(plan), str(output), str(self.stop_file)]
             self.processes.append(
                 subprocess.Popen(
-                    [*command, self.url, json.dumps(plan), str(output), str(self.stop_file)],
-                    stdout=subprocess.PIPE, text=True, encoding="utf-8", cwd=self.workdir,
+                    arguments,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    encoding="utf-8",
+                    cwd=self.workdir,
                     env=environment,
-                )  # fmt: skip
+                )
             )
         for process in self.processes:
             assert process.stdout is not None

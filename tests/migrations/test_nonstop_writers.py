@@ -68,9 +68,7 @@ def test_db_upgrade_finishes_and_loses_no_save_of_the_previous_release(
         assert migrate.current_revision(store) == migrate.head_revision()
 
 
-def test_db_rekey_loses_no_save_of_the_previous_release(
-    released_url: str, tmp_path: Path
-) -> None:
+def test_db_rekey_loses_no_save_of_the_previous_release(released_url: str, tmp_path: Path) -> None:
     # "Müller" is "muller" under the new keys: once its session is re-keyed, the released
     # version, which looks it up as "müller", saves a second entity, which db rekey merges
     # away while the writers keep naming it.

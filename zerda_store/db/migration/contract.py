@@ -148,6 +148,7 @@ def _rebuild_sqlite(connection: Connection, found: list[tuple[str, str, Any]]) -
     path does not recognise (it holds the write lock while the tables are copied)."""
     from alembic.operations import Operations
     from alembic.runtime.migration import MigrationContext
+
     views: Sequence[Any] = connection.exec_driver_sql(
         "SELECT name, sql FROM sqlite_master WHERE type = 'view' ORDER BY name"
     ).all()
