@@ -20,9 +20,10 @@ from tests.migrations.nonstop_writers import (
     fill_released,
     upgrade_against_nonstop_writers,
 )
-from tests.migrations.released import released_database, rows
+from tests.migrations.released import released_database, rows, save_turns
 from zerda_store import Store, migrate
-from zerda_store.db import short_locks
+from zerda_store.db.execution import pacing
+from zerda_store.db.migration import lock_waits
 from zerda_store.identity.rekeying import Rekeying
 
 pytestmark = pytest.mark.slow
@@ -52,7 +53,7 @@ def _sessions() -> list[str]:
 def test_db_upgrade_finishes_and_loses_no_save_of_the_previous_release(
     released_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(short_locks, "RETRY_PAUSES", RETRY_PAUSES)
+    monkeypatch.setattr(lock_waits, "RETRY_PAUSES", RETRY_PAUSES)
 
     def upgrade() -> list[dict[str, object]]:
         with Store(released_url) as store:
@@ -116,7 +117,7 @@ def test_each_revision_finishes_under_nonstop_writers_of_the_previous_release(
     revision: str, empty_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each revision from now on joins this list (the helper runs it against writers)."""
-    monkeypatch.setattr(short_locks, "RETRY_PAUSES", RETRY_PAUSES)
+    monkeypatch.setattr(lock_waits, "RETRY_PAUSES", RETRY_PAUSES)
     with Store(empty_database_url) as store:
         released_database(store)
         fill_released(store, sessions=50, turns_per_session=TURNS_PER_SESSION)
@@ -124,3 +125,25 @@ def test_each_revision_finishes_under_nonstop_writers_of_the_previous_release(
     upgrade_against_nonstop_writers(
         empty_database_url, tmp_path, revision, sessions=[f"s{n}" for n in range(50)], names=NAMES
     )
+
+
+def test_db_rekey_on_sqlite_pauses_between_sessions_for_the_waiting_writers(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's writers poll for the write lock: back-to-back transactions would starve
+    them, so the re-keying pauses once it has held the lock for ``pacing.HOLD``."""
+    with Store(sqlite_url) as store:
+        released_database(store)
+        sessions = fill_released(store, sessions=3, turns_per_session=TURNS_PER_SESSION)
+        migrate.upgrade(store)
+        save_turns(store, "s0", [["Müller"]])  # as the released version: no core yet
+        save_turns(store, "s1", [["Müller"]])
+        save_turns(store, "s2", [["Müller"]])
+        monkeypatch.setattr(pacing, "HOLD", 0.0)
+        pauses: list[float] = []
+        monkeypatch.setattr(pacing.time, "sleep", pauses.append)
+
+        done = list(Rekeying(store).run(time.time))
+
+    assert [session.session_id for session in done] == sessions
+    assert pauses == [pacing.PAUSE] * 3

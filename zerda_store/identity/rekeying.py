@@ -16,10 +16,12 @@ a core.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..db.execution.pacing import WriterPacing
 from ..db.execution.unit_of_work import SessionLock, Transaction
 from ..db.store import Store
 from ..model.names import EXACT, FOLD_V2, KEY_RULES, KeyRules
@@ -77,9 +79,15 @@ class Rekeying:
         return self.store.read(work)
 
     def run(self, now: Callable[[], float]) -> Iterator[SessionRekeyed]:
-        """Re-key every pending session, one transaction each, yielding what each got."""
+        """Re-key every pending session, one transaction each, yielding what each got; on
+        SQLite with pauses between them, in which waiting saves get the write lock
+        (:mod:`..db.execution.pacing`)."""
+        pacing = WriterPacing(self.store.dialect)
         for session_id in self.pending():
-            yield self.rekey(session_id, now())
+            began = time.monotonic()
+            done = self.rekey(session_id, now())
+            pacing.after(time.monotonic() - began)
+            yield done
 
     def rekey(self, session_id: str, at: float) -> SessionRekeyed:
         """Re-key one session's entities saved without a core (one transaction)."""
