@@ -238,16 +238,18 @@ def against_nonstop_writers(
     the writers run ``settle`` seconds before and after it. ``before``: what to run once
     the writers have started, before the step (the released version starts only on its own
     revision: the revisions before the one a test is about run under its writers too).
-    Returns the step's result and the writers' report (of all they saved)."""
+    Returns the step's result and the writers' report of the saves they began from
+    ``settle`` seconds before the step on (those of ``before`` are not the step's)."""
     nonstop = NonStopWriters(database_url, workdir, **writers)
     with nonstop:
         if before is not None:
             before()
+        began = time.time()
         time.sleep(settle)
         result = step()
         time.sleep(settle)
     with Store(database_url) as store:
-        return result, nonstop.report(store)
+        return result, nonstop.report(store, (began, float("inf")))
 
 
 def assert_nothing_lost(report: WritersReport) -> None:
