@@ -77,7 +77,7 @@ with open(out, "w", encoding="utf-8") as f:
 print("done", flush=True)
 """
 
-SLOW_SAVE_S = 1.0  # the issue's bound on a save's wait
+SLOW_SAVE_S = 1.0  # the bound on a save's wait during any step of an upgrade
 
 
 @dataclass
