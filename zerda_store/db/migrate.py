@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import PermissionDeniedError, SchemaNotCurrentError
-from . import statistics
+from . import compatibility, statistics
 from .engine import Store
 from .failures import is_permission_denied
 from .migration_lock import alembic_connection, locked_connection
@@ -38,7 +38,6 @@ from .survey import (
     require_ours,
     survey,
     taken_names_error,
-    unknown_revision_error,
     upgrade_command,
 )
 
@@ -127,8 +126,12 @@ def current_revision(store: Store) -> str | None:
 
 def require_store_database(store: Store) -> str:
     """The revision of a zerda_store database whose revision this version knows (head or
-    older); for anything else, the error that says what the database holds instead."""
-    return require_ours(store, survey(store), known_revisions())
+    older); for anything else, the error that says what the database holds instead (a
+    newer release's: whether this version still runs on it)."""
+    found = survey(store)
+    if found.revision is not None and found.revision not in known_revisions():
+        raise compatibility.newer_schema_error(store, found, known_revisions(), head_revision())
+    return require_ours(store, found, known_revisions())
 
 
 def upgrade(
@@ -161,7 +164,7 @@ def upgrade(
     if found.revision is None:
         _prepare_new_schema(store, found)
     elif found.revision not in known_revisions():
-        raise unknown_revision_error(store, found)
+        raise compatibility.newer_schema_error(store, found, known_revisions(), head_revision())
     from alembic import command
 
     with (
@@ -315,9 +318,11 @@ def check(store: Store) -> None:
 
 
 def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = True) -> None:
-    """Make sure the database holds zerda_store's schema at head: upgrade it (SQLite by
-    default, never a read-only store) or say what to do. ``create=False`` never creates the
-    schema in a database without one (an older zerda_store schema may still be upgraded)."""
+    """Make sure the database holds zerda_store's schema at head, or at a newer release's
+    revision at or above its compatibility floor (an expansion this version runs on,
+    never migrated): upgrade one behind head (SQLite by default, never a read-only store)
+    or say what to do. ``create=False`` never creates the schema in a database without one
+    (an older zerda_store schema may still be upgraded)."""
     if store.schema_checked:
         return
     with store.schema_lock:
@@ -337,8 +342,10 @@ def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = Tru
             if not (auto_migrate and create) or (found.tables and asked is None):
                 raise not_ours_error(store, found)
             upgrade(store)
+        elif found.revision not in known_revisions():
+            # A newer release's schema: run on it if it is an expansion (never migrate it).
+            compatibility.require_runnable(store, found, known_revisions(), head_revision())
         elif found.revision != head_revision():
-            require_ours(store, found, known_revisions())
             if not auto_migrate:
                 raise SchemaNotCurrentError(
                     f"the database schema of {store.safe_url} is at revision {found.revision}, "

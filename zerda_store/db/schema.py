@@ -189,6 +189,18 @@ session_key_rules = sa.Table(
     sa.Column("created_at", sa.Double(), nullable=False),
 )
 
+# The oldest release that can still run on the schema (revision 0012): per step that set it,
+# the revision a release's code must know (``db/compatibility.py``). Expand steps leave it
+# alone; contract steps add their row. No session_id: a reference table on Citus.
+compatibility_floor = sa.Table(
+    "compatibility_floor",
+    metadata,
+    sa.Column("raised_by", sa.String(64), primary_key=True),
+    sa.Column("floor_revision", sa.String(32), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("raised_at", sa.Double(), nullable=False),
+)
+
 contexts = sa.Table(
     "contexts",
     metadata,
