@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import PermissionDeniedError, SchemaNotCurrentError
-from . import compatibility, statistics
+from . import compatibility, merge_report, statistics
 from .engine import Store
 from .failures import is_permission_denied
 from .migration_lock import alembic_connection, locked_connection
@@ -141,6 +141,7 @@ def upgrade(
     assume_normalized: bool | Collection[str] = False,
     report: list[dict[str, Any]] | None = None,
     applied: list[str] | None = None,
+    acknowledge: bool = True,
 ) -> list[dict[str, Any]]:
     """Upgrade the schema (one process at a time; the others then find nothing to do).
 
@@ -156,6 +157,12 @@ def upgrade(
     they are re-keyed; the others such are kept exact. ``report``: the list to fill, which
     holds what was committed when the upgrade fails (on Postgres each session's re-keying
     is committed as it goes; on SQLite the whole upgrade is rolled back: empty).
+
+    Once the upgrade is done the report comes from the merge log (:mod:`.merge_report`):
+    every "key rules" merge no finished upgrade reported, those of earlier runs stopped
+    before reporting included (their sessions with ``rekeyed`` None), each merge with
+    ``undone``. ``acknowledge``: mark them reported now (the command line prints first,
+    then calls :func:`acknowledge_report`).
     """
     if report is None:
         report = []
@@ -189,7 +196,16 @@ def upgrade(
             raise
     if found.revision is not None and current_revision(store) != found.revision:
         statistics.analyze(store)  # the revisions' data steps may have rewritten many rows
+    report[:] = merge_report.unreported(store, report)
+    if acknowledge:
+        acknowledge_report(store, report)
     return report
+
+
+def acknowledge_report(store: Store, report: list[dict[str, Any]]) -> None:
+    """Mark the merges of an upgrade's report reported: the next ``db upgrade`` leaves them
+    out (call it once the report is shown)."""
+    merge_report.mark_reported(store, report, time.time())
 
 
 @contextmanager

@@ -155,6 +155,9 @@ entity_merges = sa.Table(
     sa.Column("record", sa.JSON(), nullable=False),
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Column("undone_at", sa.Double(), nullable=True),
+    # When a finished `db upgrade` or `db rekey` printed it (a "key rules" merge); NULL:
+    # not yet, and the next run prints it.
+    sa.Column("reported_at", sa.Double(), nullable=True),
     sa.Index(None, "session_id", "id"),
 )
 

@@ -1,0 +1,107 @@
+"""What ``db upgrade`` and ``db rekey`` report about the merges the key rules made, taken
+from the merge log rather than from what one run saw.
+
+A run of either command may be stopped (``kill -9``, a lost connection) after it committed
+merges and before it printed them. So the report of a run is every merge of reason "key
+rules" in the log that no finished run has reported (``entity_merges.reported_at`` is
+NULL, revision 0013), with the sessions this run recorded; once the report is handed over
+(printed, or returned to a caller of :func:`migrate.upgrade`), its merges are marked
+reported. The rerun after any interruption thus prints every merge of the upgrade; a
+merge may be printed twice (a kill between the printing and the marking), never not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .engine import Store
+from .schema import entity_merges, session_key_rules
+
+KEY_RULES_REASON = "key rules"
+
+
+def _has_log(connection: Connection) -> bool:
+    """Whether the schema has the merge log with its ``reported_at`` (revision 0013 on)."""
+    inspector = sa.inspect(connection)
+    if not inspector.has_table(entity_merges.name):
+        return False
+    return "reported_at" in {column["name"] for column in inspector.get_columns(entity_merges.name)}
+
+
+def unreported(store: Store, this_run: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The report, by session id: this run's sessions (``session_id``, ``key_rules``,
+    ``unsure``, ``rekeyed``) and those of earlier runs that stopped before reporting
+    (``rekeyed`` None: that run's count was not kept), each with the merges of the log not
+    reported yet (each ``merge_id``, ``kept``, ``merged``, ``undone``). Without the log's
+    ``reported_at`` (a schema before 0013), this run's report as it is."""
+    with store.connect() as connection:
+        if not _has_log(connection):
+            return [dict(entry) for entry in this_run]
+        merges = _unreported_merges(connection)
+        rules = _rules(connection, sorted(set(merges) - {e["session_id"] for e in this_run}))
+    report = [{**entry, "merges": merges.pop(entry["session_id"], [])} for entry in this_run]
+    for session_id in sorted(merges):
+        report.append(
+            {
+                "session_id": session_id,
+                "key_rules": rules.get(session_id),
+                "unsure": False,
+                "rekeyed": None,
+                "merges": merges[session_id],
+            }
+        )
+    return sorted(report, key=lambda entry: entry["session_id"])
+
+
+def _unreported_merges(connection: Connection) -> dict[str, list[dict[str, Any]]]:
+    log = entity_merges.c
+    query = (
+        sa.select(log.session_id, log.id, log.kept_name, log.merged_name, log.undone_at)
+        .where(log.reason == KEY_RULES_REASON, log.reported_at.is_(None))
+        .order_by(log.session_id, log.id)
+    )
+    merges: dict[str, list[dict[str, Any]]] = {}
+    for row in connection.execute(query):
+        merges.setdefault(row.session_id, []).append(
+            {
+                "merge_id": int(row.id),
+                "kept": row.kept_name,
+                "merged": row.merged_name,
+                "undone": row.undone_at is not None,
+            }
+        )
+    return merges
+
+
+def _rules(connection: Connection, sessions: list[str]) -> dict[str, str]:
+    if not sessions:
+        return {}
+    rules = session_key_rules.c
+    query = sa.select(rules.session_id, rules.key_rules).where(rules.session_id.in_(sessions))
+    return {row.session_id: row.key_rules for row in connection.execute(query)}
+
+
+def mark_reported(store: Store, report: Sequence[dict[str, Any]], at: float) -> None:
+    """Mark the report's merges reported (each by its session and id: on Citus one shard
+    each); the next run leaves them out."""
+    values = [
+        {"session": entry["session_id"], "merge": merge["merge_id"], "at": at}
+        for entry in report
+        for merge in entry["merges"]
+    ]
+    if not values:
+        return
+    log = entity_merges.c
+    update = (
+        sa.update(entity_merges)
+        .where(log.session_id == sa.bindparam("session"), log.id == sa.bindparam("merge"))
+        .values(reported_at=sa.bindparam("at"))
+    )
+    with store.connect() as connection:
+        if _has_log(connection):
+            connection.execute(update, values)
+            connection.commit()
