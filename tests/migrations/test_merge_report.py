@@ -79,6 +79,7 @@ def test_the_rerun_prints_each_merge_with_its_undo_command_and_one_undone_since(
     ]
 
 
+@pytest.mark.fans_out
 def test_merges_lists_the_key_rules_merges_of_every_session(empty_database_url: str) -> None:
     _released(empty_database_url)
     with Store(empty_database_url) as store:

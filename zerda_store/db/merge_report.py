@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from .engine import Store
 from .schema import entity_merges, session_key_rules
+from .sharding import distributed
 
 KEY_RULES_REASON = "key rules"
 
@@ -38,9 +39,15 @@ def unreported(store: Store, this_run: Sequence[dict[str, Any]]) -> list[dict[st
     (``rekeyed`` None: that run's count was not kept), each with the merges of the log not
     reported yet (each ``merge_id``, ``kept``, ``merged``, ``undone``). Without the log's
     ``reported_at`` (a schema before 0013), this run's report as it is."""
+    fans_out = distributed(store)
     with store.connect() as connection:
         if not _has_log(connection):
             return [dict(entry) for entry in this_run]
+        if fans_out:
+            # Every session's merges: on Citus this one read runs on every shard, by design
+            # (once per run of an operator's command), whatever the connection's settings
+            # say of statements that do (`citus.multi_task_query_log_level`).
+            connection.exec_driver_sql("SET LOCAL citus.multi_task_query_log_level = 'off'")
         merges = _unreported_merges(connection)
         rules = _rules(connection, sorted(set(merges) - {e["session_id"] for e in this_run}))
     report = [{**entry, "merges": merges.pop(entry["session_id"], [])} for entry in this_run]
