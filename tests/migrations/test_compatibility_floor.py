@@ -157,7 +157,10 @@ def test_this_release_refuses_to_start_once_a_later_contract_step_raised_the_flo
         f"revision {CONTRACT} raised its compatibility floor to revision {CONTRACT} "
         "(dropped later_notes)"
     ) in message
-    assert f"Run a version of zerda_store that has revision {CONTRACT}" in message
+    assert (
+        f"Run a newer version of zerda_store on this server, one that has revision {CONTRACT}"
+        in message
+    )
     assert migrate.current_revision(store) == CONTRACT
     error = one_line_error(invoke(database_url, "entities", "--session", "crm"))
     assert f"raised its compatibility floor to revision {CONTRACT}" in error

@@ -100,9 +100,9 @@ def below_floor_error(
         f"the zerda_store schema of {store.location} is at revision {revision}, and this "
         f"version of zerda_store (revision {head}) cannot run on it: {step.describe()} "
         f"raised its compatibility floor to revision {step.floor_revision} ({step.reason}). "
-        f"Run a version of zerda_store that has revision {step.floor_revision} (the release "
-        "that migrated the database, or later) on this server; the database was left "
-        "unchanged"
+        f"Run a newer version of zerda_store on this server, one that has revision "
+        f"{step.floor_revision} (the release that migrated the database, or a later one); "
+        "the database was left unchanged"
     )
 
 
