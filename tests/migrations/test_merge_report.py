@@ -18,6 +18,7 @@ from tests.cli.helpers import invoke, json_of, succeeded
 from tests.doubles import new_postgres_database
 from tests.migrations.released import released_database, save_turns
 from zerda_store import Store, migrate
+from zerda_store.db import merge_report
 from zerda_store.errors import DatabaseError
 
 SESSIONS = {"a": [["Müller"], ["Muller"]], "b": [["Zoë"], ["Zoe"]], "c": [["Ada"]]}
@@ -133,3 +134,24 @@ def test_the_rerun_after_a_run_stopped_inside_revision_0006_prints_every_merge(
     else:
         printed = [line for line in rerun.stdout.splitlines() if "undo with:" in line]
         assert [line.rsplit("undo with: ", 1)[1] for line in printed] == [m[3] for m in MERGES]
+
+
+def test_a_report_not_marked_as_printed_is_printed_again_and_the_upgrade_succeeds(
+    empty_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _released(empty_database_url)
+    original, calls = merge_report._has_log, []
+
+    def gone_when_marking(connection: sa.Connection) -> bool:
+        calls.append(1)
+        if len(calls) == 2:  # the report was read and printed; now it is marked
+            raise sa.exc.OperationalError("UPDATE", {}, Exception("the server went away"))
+        return original(connection)
+
+    monkeypatch.setattr(merge_report, "_has_log", gone_when_marking)
+    first = json_of(invoke(empty_database_url, "db", "upgrade", "--json"))
+    monkeypatch.undo()
+
+    assert _printed(first) == MERGES
+    assert _printed(json_of(invoke(empty_database_url, "db", "upgrade", "--json"))) == MERGES
+    assert json_of(invoke(empty_database_url, "db", "upgrade", "--json"))["sessions"] == []

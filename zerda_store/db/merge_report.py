@@ -12,15 +12,20 @@ merge may be printed twice (a kill between the printing and the marking), never 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
+from ..errors import StoreError
 from .engine import Store
 from .schema import entity_merges, session_key_rules
 from .sharding import distributed
+
+logger = logging.getLogger(__name__)
 
 KEY_RULES_REASON = "key rules"
 
@@ -92,23 +97,34 @@ def _rules(connection: Connection, sessions: list[str]) -> dict[str, str]:
     return {row.session_id: row.key_rules for row in connection.execute(query)}
 
 
-def mark_reported(store: Store, report: Sequence[dict[str, Any]], at: float) -> None:
+def mark_reported(store: Store, report: Sequence[dict[str, Any]], at: float) -> bool:
     """Mark the report's merges reported (each by its session and id: on Citus one shard
-    each); the next run leaves them out."""
+    each); the next run leaves them out. Whether it did: a failure (the database went away
+    after the report was shown) is logged, not raised, as the next run only prints those
+    merges again."""
     values = [
         {"session": entry["session_id"], "merge": merge["merge_id"], "at": at}
         for entry in report
         for merge in entry["merges"]
     ]
     if not values:
-        return
+        return True
     log = entity_merges.c
     update = (
         sa.update(entity_merges)
         .where(log.session_id == sa.bindparam("session"), log.id == sa.bindparam("merge"))
         .values(reported_at=sa.bindparam("at"))
     )
-    with store.connect() as connection:
-        if _has_log(connection):
-            connection.execute(update, values)
-            connection.commit()
+    try:
+        with store.connect() as connection:
+            if _has_log(connection):
+                connection.execute(update, values)
+                connection.commit()
+    except (DBAPIError, StoreError) as exc:
+        logger.warning(
+            "the %d merges reported were not marked so (%s): the next run prints them again",
+            len(values),
+            store.describe(exc) if isinstance(exc, DBAPIError) else exc,
+        )
+        return False
+    return True
