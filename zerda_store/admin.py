@@ -21,6 +21,7 @@ from .db.schema import (
     contexts,
     entities,
     entity_aliases,
+    entity_merges,
     turns,
 )
 from .db.statistics import analyze_after
@@ -179,6 +180,34 @@ class AdminRepository:
                 query = sa.select(table.c.session_id).where(table.c.session_id.in_(wanted))
                 found.update(connection.execute(query.distinct()).scalars())
         return found
+
+    def merges_by_reason(self, reason: str) -> list[dict[str, Any]]:
+        """Every session's merges of one reason ("key rules": those the upgrades and
+        ``db rekey`` made; "manual"; "confirmed same"), by session then oldest first, undone
+        ones too: ``session_id``, ``merge_id``, ``kept``, ``merged``, ``reason``,
+        ``created_at``, ``undone_at``."""
+        log = entity_merges.c
+        query = (
+            sa.select(
+                log.session_id, log.id, log.kept_name, log.merged_name, log.reason,
+                log.created_at, log.undone_at,
+            )
+            .where(log.reason == reason)
+            .order_by(log.session_id, log.id)
+        )  # fmt: skip
+        with self.store.query() as connection:
+            return [
+                {
+                    "session_id": row.session_id,
+                    "merge_id": int(row.id),
+                    "kept": row.kept_name,
+                    "merged": row.merged_name,
+                    "reason": row.reason,
+                    "created_at": float(row.created_at),
+                    "undone_at": row.undone_at,
+                }
+                for row in connection.execute(query)
+            ]
 
     def session_exists(self, session_id: str) -> bool:
         return self._importer.session_exists(session_id)

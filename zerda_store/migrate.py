@@ -18,7 +18,10 @@ from .db.citus.distribution import distribute
 from .db.citus.distribution import plan as distribution_plan
 from .db.migration.drift import describe as describe_differences
 from .db.migration.lock import locked_connection
+from .db.migration.merge_report import mark_reported as mark_merges_reported
+from .db.migration.merge_report import unreported as unreported_merges
 from .db.migration.migrate import (
+    acknowledge_report,
     alembic_config,
     check,
     contract,
@@ -42,6 +45,7 @@ __all__ = [
     "Rekeying",
     "SessionRekeyed",
     "Survey",
+    "acknowledge_report",
     "alembic_config",
     "check",
     "cluster",
@@ -58,10 +62,12 @@ __all__ = [
     "head_revision",
     "known_revisions",
     "locked_connection",
+    "mark_merges_reported",
     "migrations_dir",
     "prepare_for_new_data",
     "require_store_database",
     "survey",
+    "unreported_merges",
     "upgrade",
     "upgrade_command",
 ]

@@ -58,6 +58,7 @@ def test_db_upgrade_json_lists_the_sessions_and_their_merges(empty_database_url)
             "merge_id": 1,
             "kept": "Müller",
             "merged": "Muller",
+            "undone": False,
             "undo": "zerda-store unmerge 1 --session crm",
         }
     ]

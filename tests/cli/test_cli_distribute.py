@@ -18,6 +18,7 @@ from zerda_store.db.citus.distribution import UNIQUE, Violation
 
 PLAN = [
     "SELECT create_reference_table('retention_policies')",
+    "SELECT create_reference_table('compatibility_floor')",
     "SELECT create_distributed_table('turns', 'session_id')",
     "SELECT create_distributed_table('entities', 'session_id', colocate_with => 'turns')",
     "SELECT create_distributed_table('contexts', 'session_id', colocate_with => 'turns')",
@@ -135,6 +136,7 @@ def test_with_citus_and_the_rules_followed_it_runs_the_plan_in_order(
     assert "tables distributed by session_id" in output
     assert _calls(postgres_url) == [
         "reference retention_policies",
+        "reference compatibility_floor",
         "distributed turns session_id ",
         "distributed entities session_id turns",
         "distributed contexts session_id turns",

@@ -348,8 +348,8 @@ def test_grant_prints_what_it_ran_and_running_it_again_changes_nothing(roles: Ro
     assert first["schema"] == "public" and first["owner"] == roles.owner
     assert first["created"] == [] and first["warnings"] == []
     assert (
-        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE public.contexts, public.entities, "
-        f"public.entity_aliases, public.entity_merges, public.extractions, "
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE public.compatibility_floor, "
+        f"public.contexts, public.entities, public.entity_aliases, public.entity_merges, public.extractions, "
         f"public.identity_judgements, public.retention_policies, public.session_key_rules, "
         f"public.turns TO {roles.service}"
     ) in first["statements"]

@@ -57,7 +57,9 @@ def test_an_unsure_session_is_rekeyed_when_the_operator_says_it_was_normalised(
 
     assert rows(store, KEYS, session="s") == [("muller", "muller")]
     assert rows(store, SESSION_RULES, session="s") == [("fold-v2",)]
-    assert report[1]["merges"] == [{"merge_id": 1, "kept": "muller", "merged": "müller"}]
+    assert report[1]["merges"] == [
+        {"merge_id": 1, "kept": "muller", "merged": "müller", "undone": False}
+    ]
     assert rows(store, KEYS, session="other") == [("muller", "muller"), ("müller", "müller")]
     assert rows(store, SESSION_RULES, session="other") == [("exact",)]
 
@@ -108,7 +110,7 @@ PAIRS = [
 def test_every_merge_of_the_upgrade_can_be_undone(store: Store, kept: str, merged: str) -> None:
     save_turns(store, "s", [["Sarah", kept], [merged]])
     report = migrate.upgrade(store)
-    assert report[0]["merges"] == [{"merge_id": 1, "kept": kept, "merged": merged}]
+    assert report[0]["merges"] == [{"merge_id": 1, "kept": kept, "merged": merged, "undone": False}]
 
     llm = FixedLLM(kept)
     with ConversationEntityMemory.for_session(store, "s", llm=llm) as memory:

@@ -223,10 +223,23 @@ def test_concurrent_upgrades_apply_each_revision_once(empty_database_url: str) -
 
 
 @pytest.mark.parametrize("auto_migrate", [None, True])
+@pytest.mark.parametrize(
+    ("floor", "refusal"),
+    [
+        # A newer release's contract step raised the compatibility floor to its revision.
+        (
+            "INSERT INTO compatibility_floor VALUES ('9999', '9999', 'dropped a column', 0)",
+            "revision 9999 raised its compatibility floor to revision 9999 (dropped a column)",
+        ),
+        # A schema without the record (as before revision 0012): nothing says it can run.
+        ("DROP TABLE compatibility_floor", "migrated by a newer version"),
+    ],
+)
 def test_a_schema_migrated_by_a_newer_version_is_refused_and_left_alone(
-    database_url, auto_migrate, monkeypatch
+    database_url, auto_migrate, floor, refusal, monkeypatch
 ):
     execute(database_url, "UPDATE alembic_version SET version_num = '9999'")
+    execute(database_url, floor)
 
     def no_upgrade(*_: object, **__: object) -> None:
         raise AssertionError("a schema from a newer version must not be migrated")
@@ -238,5 +251,5 @@ def test_a_schema_migrated_by_a_newer_version_is_refused_and_left_alone(
 
     message = str(caught.value)
     assert "9999" in message
-    assert "migrated by a newer version" in message
+    assert refusal in message
     assert query(database_url, "SELECT version_num FROM alembic_version")[1] == [("9999",)]

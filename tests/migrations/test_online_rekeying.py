@@ -115,7 +115,9 @@ def test_an_interrupted_rekeying_goes_on_where_it_stopped_to_the_same_end(
     rest = migrate.upgrade(store)
 
     assert [entry["session_id"] for entry in whole] == ["a", "b", "c"]
-    assert rest == whole[1:]
+    # The rerun reports every merge of the upgrade, from the merge log: session a's too,
+    # re-keyed by the stopped run (whose count of re-keyed entities was not kept).
+    assert rest == [{**whole[0], "rekeyed": None}, *whole[1:]]
     assert _state(store) == _state(reference)
     migrate.check(store)
 

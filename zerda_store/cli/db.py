@@ -77,10 +77,11 @@ def undo_command(merge_id: int, session_id: str) -> str:
 
 def print_rekeyed(report: Sequence[dict[str, Any]], as_json: bool, **extra: Any) -> None:
     """What ``db upgrade`` or ``db rekey`` did: per session, the merges made with the command
-    undoing each, and the sessions kept exact for want of evidence. ``extra``: more fields
-    of the JSON answer (``revision``)."""
+    undoing each (``undo`` None for one undone since), and the sessions kept exact for
+    want of evidence. ``extra``: more fields of the JSON answer (``revision``)."""
     sessions = [
-        {**entry, "merges": [{**m, "undo": undo_command(m["merge_id"], entry["session_id"])}
+        {**entry, "merges": [{**m, "undo": None if m.get("undone") else
+                              undo_command(m["merge_id"], entry["session_id"])}
                              for m in entry["merges"]]}
         for entry in report
     ]  # fmt: skip
@@ -89,10 +90,11 @@ def print_rekeyed(report: Sequence[dict[str, Any]], as_json: bool, **extra: Any)
         return
     for entry in sessions:
         for merged in entry["merges"]:
+            undo = f"undo with: {merged['undo']}" if merged["undo"] else "undone since"
             print_text(
                 f"session {entry['session_id']!r}: merged {merged['merged']!r} into "
                 f"{merged['kept']!r} (merge {merged['merge_id']}, one key under "
-                f"{entry['key_rules']}); undo with: {merged['undo']}"
+                f"{entry['key_rules']}); {undo}"
             )
         if entry["unsure"]:
             print_text(
@@ -134,7 +136,8 @@ def print_upgrade(
 def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
     """Re-key what servers of the previous release saved since `db upgrade` (run once the
     last of them has stopped): session by session, short transactions; run again after an
-    interruption. Prints each merge with the command that undoes it."""
+    interruption. Prints each merge with the command that undoes it (those of a run that
+    stopped before printing them too)."""
     from .. import migrate
 
     store = obj.changing_store()
@@ -146,10 +149,12 @@ def rekey(obj: Context, normalized: tuple[str, ...], as_json: bool) -> None:
             + "; ".join(f"{s!r}: {why}" for s, why in idle.items())
             + "; nothing was re-keyed"
         )
-    report = [asdict(done) for done in rekeying.run(time.time)]
+    ran = [asdict(done) for done in rekeying.run(time.time)]
+    report = migrate.unreported_merges(store, ran)  # and what a stopped run did not print
     print_rekeyed(report, as_json)
     if not as_json:
-        click.echo(f"{plural(len(report), 'session')} re-keyed")
+        click.echo(f"{plural(len(ran), 'session')} re-keyed")
+    migrate.mark_merges_reported(store, report, time.time())
 
 
 @click.command("contract")

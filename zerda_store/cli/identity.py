@@ -145,21 +145,47 @@ def unmerge(obj: Context, merge_id: int, session_id: str, as_json: bool) -> None
 
 
 @click.command()
-@session_option
+@click.option("--session", "session_id", help="The session id (or --reason for every session).")
+@click.option(
+    "--reason",
+    help='Only the merges of this reason: "key rules" (made by `db upgrade` and `db rekey`), '
+    '"manual", "confirmed same"; without --session, of every session.',
+)
 @json_option
 @click.pass_obj
-def merges(obj: Context, session_id: str, as_json: bool) -> None:
-    """List a session's merge log, oldest first (undone merges too)."""
-    rows = session_memory(obj, session_id, reading=True).merges()
+def merges(obj: Context, session_id: str | None, reason: str | None, as_json: bool) -> None:
+    """List a session's merge log, oldest first (undone merges too), or with --reason the
+    merges of that reason across sessions, each with the command that undoes it."""
+    if session_id is None and reason is None:
+        raise click.UsageError("name the session (--session S), or a reason (--reason R)")
+    if session_id is None:
+        assert reason is not None
+        rows = [
+            {
+                **row,
+                "undo": None
+                if row["undone_at"] is not None
+                else _command("unmerge", str(row["merge_id"]), "--session", row["session_id"]),
+            }
+            for row in obj.reader().merges_by_reason(reason)
+        ]
+        columns: tuple[str, ...] = ("session", "id", "kept", "merged", "when", "undone", "undo")
+    else:
+        rows = session_memory(obj, session_id, reading=True).merges()
+        if reason is not None:
+            rows = [row for row in rows if row["reason"] == reason]
+        columns = ("id", "kept", "merged", "reason", "when", "undone")
     output(
         rows,
         as_json,
-        ("id", "kept", "merged", "reason", "when", "undone"),
+        columns,
         lambda row: {
             **row,
+            "session": row.get("session_id"),
             "id": row["merge_id"],
             "when": when(row["created_at"]),
             "undone": when(row["undone_at"]),
+            "undo": row.get("undo") or "",
         },
     )
 

@@ -122,7 +122,8 @@ def db_upgrade(
     as_json: bool,
 ) -> None:
     """Upgrade the schema to REVISION (default: head); print the merges it made, each with
-    the command that undoes it."""
+    the command that undoes it (those of an earlier run that stopped before printing them
+    too: the report comes from the merge log)."""
     from .. import migrate
 
     assumed = True if assume_all_normalized else set(normalized)
@@ -131,7 +132,14 @@ def db_upgrade(
     report: list[dict[str, Any]] = []
     ran: list[str] = []  # the revisions this run applied (another job may apply others)
     try:
-        migrate.upgrade(obj.store, revision, assume_normalized=assumed, report=report, applied=ran)
+        migrate.upgrade(
+            obj.store,
+            revision,
+            assume_normalized=assumed,
+            report=report,
+            applied=ran,
+            acknowledge=False,  # reported once printed, below
+        )
     except BaseException:
         if report:  # committed before the failure: the merges made and how to undo them
             print_rekeyed(report, as_json, interrupted=True)
@@ -144,6 +152,7 @@ def db_upgrade(
         if not applied:
             click.echo("nothing to apply: the database was at that revision already")
     print_upgrade(report, reached, as_json, applied=[rev for rev, _ in applied])
+    migrate.acknowledge_report(obj.store, report)
 
 
 # -- inspection ---------------------------------------------------------------------------

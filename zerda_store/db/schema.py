@@ -155,6 +155,9 @@ entity_merges = sa.Table(
     sa.Column("record", sa.JSON(), nullable=False),
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Column("undone_at", sa.Double(), nullable=True),
+    # When a finished `db upgrade` or `db rekey` printed it (a "key rules" merge); NULL:
+    # not yet, and the next run prints it.
+    sa.Column("reported_at", sa.Double(), nullable=True),
     sa.Index(None, "session_id", "id"),
 )
 
@@ -187,6 +190,18 @@ session_key_rules = sa.Table(
     sa.Column("session_id", sa.String(SESSION_ID_LENGTH), primary_key=True),
     sa.Column("key_rules", sa.String(KEY_RULES_LENGTH), nullable=False),
     sa.Column("created_at", sa.Double(), nullable=False),
+)
+
+# The oldest release that can still run on the schema (revision 0012): per step that set it,
+# the revision a release's code must know (``db/migration/compatibility.py``). Expand steps leave it
+# alone; contract steps add their row. No session_id: a reference table on Citus.
+compatibility_floor = sa.Table(
+    "compatibility_floor",
+    metadata,
+    sa.Column("raised_by", sa.String(64), primary_key=True),
+    sa.Column("floor_revision", sa.String(32), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("raised_at", sa.Double(), nullable=False),
 )
 
 contexts = sa.Table(

@@ -206,6 +206,11 @@ def unmerge(
         transaction.count(statements.remove_alias, {**session, "alias_id": record["alias_id"]})
     transaction.count(statements.insert_entity, merged)
     back = {**session, "from_id": logged.kept_entity_id, "to_id": merged["id"]}
+    kept_snippets = transaction.run(
+        statements.contexts_of, {**session, "entity_id": logged.kept_entity_id}
+    )
+    moved_ids = set(record["moved_contexts"])
+    lost_turns = {row.turn_id for row in kept_snippets if row.id in moved_ids} - {None}
     restored = 0
     for context_id in record["moved_contexts"]:
         restored += transaction.count(statements.context_to, {**back, "context_id": context_id})
@@ -223,7 +228,14 @@ def unmerge(
         )
     for alias_id in record["moved_aliases"]:
         transaction.count(statements.alias_to, {**back, "alias_id": alias_id})
-    fields = _restored(kept[0], record["kept_before"], record["kept_after"])
+    later = transaction.run(
+        statements.later_merges_into,
+        {**session, "entity_id": logged.kept_entity_id, "merge_id": logged.id},
+    )
+    after, before = record["kept_after"], record["kept_before"]
+    for newer in later:
+        after, before = _carry_through(transaction, statements, newer, after, before, lost_turns)
+    fields = _restored(kept[0], before, after)
     transaction.count(statements.update_first_last, {**session, "entity_id": kept[0].id, **fields})
     transaction.count(statements.mark_undone, {**session, "merge_id": logged.id, "undone_at": at})
 
@@ -245,6 +257,58 @@ def _refuse_alias_of_another(
         f"merge {logged.id} cannot be undone: {merged['name']!r} is an alias of "
         f"{owner.name!r} now (`zerda-store alias remove` it first)"
     )
+
+
+def _carry_through(
+    transaction: Transaction,
+    statements: IdentityStatements,
+    newer: Any,
+    after: dict[str, Any],
+    before: dict[str, Any],
+    lost_turns: set[int],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Undo an earlier merge under a newer one into the same kept entity (an unmerge out of
+    order): the newer merge's record is made what it would be had the earlier merge never
+    been made, and it returns the fields the kept entity had after the newer merge and
+    would have had without the earlier one, for the next newer merge or the entity itself.
+
+    The kept entity's fields: those the newer merge found as the earlier one left them take
+    the earlier merge's "before" (:func:`_restored`), then combine with the newer merge's
+    entity again. Its snippets: one of the newer merge's entity that it dropped because the
+    kept entity had a snippet of that turn only through the earlier merge goes to the kept
+    entity now (and back with the newer merge's undoing)."""
+    record = dict(newer.record)
+    session = {"session_id": newer.session_id}
+    kept_before = _restored(_Fields(record["kept_before"]), before, after)
+    merged = _Fields(record["merged"])
+    kept_after = _combined(_Fields({**kept_before, "id": newer.kept_entity_id}), merged)
+    dropped, taken = [], []
+    for row in record["dropped_contexts"]:
+        if row["turn_id"] in lost_turns and transaction.run(
+            statements.turn_exists, {**session, "turn_id": row["turn_id"]}
+        ):
+            transaction.count(statements.insert_context, {**row, "entity_id": newer.kept_entity_id})
+            lost_turns.discard(row["turn_id"])
+            taken.append(row["id"])
+        else:
+            dropped.append(row)
+    record.update(
+        kept_before=kept_before,
+        kept_after=kept_after,
+        dropped_contexts=dropped,
+        moved_contexts=[*record["moved_contexts"], *taken],
+    )
+    transaction.count(
+        statements.update_merge_record, {**session, "merge_id": newer.id, "record": record}
+    )
+    return newer.record["kept_after"], kept_after
+
+
+class _Fields:
+    """A logged row's fields as attributes (as :func:`_combined` reads entity rows)."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.__dict__.update(fields)
 
 
 def _restored(now: Any, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

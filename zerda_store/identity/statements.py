@@ -279,6 +279,23 @@ class IdentityStatements(Statements):
             .order_by(entity_merges.c.id.desc())
             .limit(1)
         )
+        # The merges into an entity made after one of them and not undone, oldest first:
+        # what an unmerge of the earlier one must carry its undoing through.
+        self.later_merges_into = compiled(
+            sa.select(*entity_merges.c)
+            .where(
+                merge_in_session,
+                entity_merges.c.kept_entity_id == param("entity_id"),
+                entity_merges.c.id > param("merge_id"),
+                entity_merges.c.undone_at.is_(None),
+            )
+            .order_by(entity_merges.c.id)
+        )
+        self.update_merge_record = compiled(
+            sa.update(entity_merges)
+            .where(merge_in_session, entity_merges.c.id == param("merge_id"))
+            .values(record=sa.bindparam("record", type_=entity_merges.c.record.type))
+        )
         self.mark_undone = compiled(
             sa.update(entity_merges)
             .where(merge_in_session, entity_merges.c.id == param("merge_id"))

@@ -37,8 +37,9 @@ DISTRIBUTED_TABLES = (
     "session_key_rules",
     "identity_judgements",
 )
-# Small, read by every session (the default policy has session_id ''): a copy on each node.
-REFERENCE_TABLES = ("retention_policies",)
+# Small, read by every session (the default policy has session_id ''; the compatibility floor
+# is read by every process at start): a copy on each node.
+REFERENCE_TABLES = ("retention_policies", "compatibility_floor")
 
 
 @dataclass(frozen=True, order=True)

@@ -10,7 +10,9 @@ save (NOT NULL) instead of saving entities that the new rules do not find. Both 
 schema with the defaults and the one without are current (``db check`` accepts either).
 
 Refused, changing nothing, while entities without a core remain (``db rekey`` first), and
-at a revision other than head (``db upgrade`` first). On Postgres the defaults are dropped
+at a revision other than head (``db upgrade`` first). It raises the schema's compatibility
+floor (:mod:`.compatibility`) in the same transaction: a process of a release before
+revision 0006 that checks the floor then refuses to start, naming this step. On Postgres the defaults are dropped
 in one short transaction that takes the tables' locks in the order saves do, waits
 briefly for them and tries again after a lock timeout or a deadlock (see
 :mod:`migration.lock_waits`); on SQLite the defaults are taken out of the tables'
@@ -21,6 +23,7 @@ the views that read it dropped and made again).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +34,7 @@ from sqlalchemy.exc import DBAPIError
 from ...errors import LockTimeoutError, ReadOnlyStoreError, SchemaNotCurrentError
 from ..store import Store
 from . import sqlite_schema
+from .compatibility import CONTRACT_FLOOR, CONTRACT_REASON, CONTRACT_STEP, raise_floor
 from .lock import alembic_connection, locked_connection
 from .lock_waits import retrying_lock_timeouts, short_lock_waits
 
@@ -131,11 +135,19 @@ def _drop_postgres(connection: Connection) -> list[str]:
     dropped = [f"{table}.{column}" for table, column, _ in found]
     # Under the tables' locks now: no server of the previous release saves in between.
     _refuse_unkeyed(connection)
+    _raise_floor(connection)
     return dropped
+
+
+def _raise_floor(connection: Connection) -> None:
+    """Record that releases before the one writing both columns can no longer run here
+    (in the contract's transaction: the floor rises exactly when the defaults go)."""
+    raise_floor(connection, CONTRACT_STEP, CONTRACT_FLOOR, CONTRACT_REASON, time.time())
 
 
 def _contract_sqlite(connection: Connection) -> list[str]:
     found = _with_default(connection)
+    _raise_floor(connection)
     if not found:
         return []
     if sqlite_schema.drop_defaults(connection, [(table, column) for table, column, _ in found]):

@@ -29,6 +29,7 @@ from .. import statistics
 from ..connections.settings import SQLITE_BUSY_TIMEOUT_MS
 from ..execution.failures import is_permission_denied
 from ..store import Store
+from . import compatibility, merge_report
 from .lock import alembic_connection, locked_connection
 from .survey import (
     Survey,
@@ -38,7 +39,6 @@ from .survey import (
     require_ours,
     survey,
     taken_names_error,
-    unknown_revision_error,
     upgrade_command,
 )
 
@@ -127,8 +127,12 @@ def current_revision(store: Store) -> str | None:
 
 def require_store_database(store: Store) -> str:
     """The revision of a zerda_store database whose revision this version knows (head or
-    older); for anything else, the error that says what the database holds instead."""
-    return require_ours(store, survey(store), known_revisions())
+    older); for anything else, the error that says what the database holds instead (a
+    newer release's: whether this version still runs on it)."""
+    found = survey(store)
+    if found.revision is not None and found.revision not in known_revisions():
+        raise compatibility.newer_schema_error(store, found, known_revisions(), head_revision())
+    return require_ours(store, found, known_revisions())
 
 
 def upgrade(
@@ -138,6 +142,7 @@ def upgrade(
     assume_normalized: bool | Collection[str] = False,
     report: list[dict[str, Any]] | None = None,
     applied: list[str] | None = None,
+    acknowledge: bool = True,
 ) -> list[dict[str, Any]]:
     """Upgrade the schema (one process at a time; the others then find nothing to do).
 
@@ -153,6 +158,12 @@ def upgrade(
     they are re-keyed; the others such are kept exact. ``report``: the list to fill, which
     holds what was committed when the upgrade fails (on Postgres each session's re-keying
     is committed as it goes; on SQLite the whole upgrade is rolled back: empty).
+
+    Once the upgrade is done the report comes from the merge log (:mod:`.merge_report`):
+    every "key rules" merge no finished upgrade reported, those of earlier runs stopped
+    before reporting included (their sessions with ``rekeyed`` None), each merge with
+    ``undone``. ``acknowledge``: mark them reported now (the command line prints first,
+    then calls :func:`acknowledge_report`).
     """
     if report is None:
         report = []
@@ -161,7 +172,7 @@ def upgrade(
     if found.revision is None:
         _prepare_new_schema(store, found)
     elif found.revision not in known_revisions():
-        raise unknown_revision_error(store, found)
+        raise compatibility.newer_schema_error(store, found, known_revisions(), head_revision())
     from alembic import command
 
     with (
@@ -186,7 +197,16 @@ def upgrade(
             raise
     if found.revision is not None and current_revision(store) != found.revision:
         statistics.analyze(store)  # the revisions' data steps may have rewritten many rows
+    report[:] = merge_report.unreported(store, report)
+    if acknowledge:
+        acknowledge_report(store, report)
     return report
+
+
+def acknowledge_report(store: Store, report: list[dict[str, Any]]) -> None:
+    """Mark the merges of an upgrade's report reported: the next ``db upgrade`` leaves them
+    out (call it once the report is shown)."""
+    merge_report.mark_reported(store, report, time.time())
 
 
 @contextmanager
@@ -315,9 +335,11 @@ def check(store: Store) -> None:
 
 
 def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = True) -> None:
-    """Make sure the database holds zerda_store's schema at head: upgrade it (SQLite by
-    default, never a read-only store) or say what to do. ``create=False`` never creates the
-    schema in a database without one (an older zerda_store schema may still be upgraded)."""
+    """Make sure the database holds zerda_store's schema at head, or at a newer release's
+    revision at or above its compatibility floor (an expansion this version runs on,
+    never migrated): upgrade one behind head (SQLite by default, never a read-only store)
+    or say what to do. ``create=False`` never creates the schema in a database without one
+    (an older zerda_store schema may still be upgraded)."""
     if store.schema_checked:
         return
     with store.schema_lock:
@@ -337,8 +359,10 @@ def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = Tru
             if not (auto_migrate and create) or (found.tables and asked is None):
                 raise not_ours_error(store, found)
             upgrade(store)
+        elif found.revision not in known_revisions():
+            # A newer release's schema: run on it if it is an expansion (never migrate it).
+            compatibility.require_runnable(store, found, known_revisions(), head_revision())
         elif found.revision != head_revision():
-            require_ours(store, found, known_revisions())
             if not auto_migrate:
                 raise SchemaNotCurrentError(
                     f"the database schema of {store.safe_url} is at revision {found.revision}, "
