@@ -17,14 +17,14 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
-from zerda_store.db.migration_lock import locked_connection
-from zerda_store.db.survey import Survey, survey
 
 from tests.cli.helpers import invoke, one_line_error, succeeded
 from tests.doubles import FixedLLM
 from tests.migrations.released import rows
 from zerda_store import ConversationEntityMemory, SchemaNotCurrentError, Store, migrate
-from zerda_store.db import compatibility
+from zerda_store.db.migration import compatibility
+from zerda_store.db.migration.lock import locked_connection
+from zerda_store.db.migration.survey import Survey, survey
 
 EXPAND, CONTRACT = "9901", "9902"
 FLOOR = "SELECT raised_by, floor_revision FROM compatibility_floor ORDER BY raised_by"
@@ -230,7 +230,7 @@ def _survey_at(store: Store, revision: str) -> Survey:
 
 
 def _drop_previous_release_defaults(store: Store) -> None:
-    from zerda_store.db.contract import contract
+    from zerda_store.db.migration.contract import contract
 
     contract(store, "0011", "0011")  # as `db contract` did at 0011
     with store.connect() as connection:

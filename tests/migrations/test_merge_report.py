@@ -18,7 +18,7 @@ from tests.cli.helpers import invoke, json_of, succeeded
 from tests.doubles import new_postgres_database
 from tests.migrations.released import released_database, save_turns
 from zerda_store import Store, migrate
-from zerda_store.db import merge_report
+from zerda_store.db.migration import merge_report
 from zerda_store.errors import DatabaseError
 
 SESSIONS = {"a": [["Müller"], ["Muller"]], "b": [["Zoë"], ["Zoe"]], "c": [["Ada"]]}
