@@ -35,6 +35,7 @@ from ..errors import (
     LockTimeoutError,
     PoolExhaustedError,
     ReadOnlyStoreError,
+    RefusedValueError,
     StoreError,
     first_line,
 )
@@ -111,7 +112,9 @@ class Store:
     ):
         for name, seconds in (("lock_timeout", lock_timeout), ("pool_timeout", pool_timeout)):
             if not seconds > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, got {seconds}")
+                raise RefusedValueError(
+                    f"{name} must be a positive number of seconds, got {seconds}"
+                )
         self.pool_timeout = float(pool_timeout)
         self.telemetry = telemetry or default_telemetry()  # docs/observability.md
         self.url = resolve_url(database_url)

@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
 
-from ...errors import StoreError
+from ...errors import RefusedValueError, StoreError
 from .urls import safe_url, secret_query
 
 logger = logging.getLogger("zerda_store.engine")
@@ -280,7 +280,7 @@ def _milliseconds(seconds: float) -> int:
 def checked_schema(schema: str) -> str:
     """``schema`` if it is a plain lower-case Postgres identifier, else a ValueError."""
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
-        raise ValueError(
+        raise RefusedValueError(
             f"schema must be a lower-case Postgres identifier (letters, digits, _), got {schema!r}"
         )
     return schema
