@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from click.testing import CliRunner
 
-from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
+from tests.cli.helpers import invoke, json_of, one_line_error, succeeded, usage_error
 from tests.doubles import new_postgres_database
 from zerda_store import migrate
 from zerda_store.cli import main
@@ -86,9 +86,11 @@ def test_db_commands_on_an_empty_database(empty_database_url):
     succeeded(invoke(url, "db", "upgrade"))
     assert succeeded(invoke(url, "db", "current")).stdout.strip() == f"{HEAD} (head)"
 
-    # unknown revisions are one-line errors that change nothing
-    assert "9999" in one_line_error(invoke(url, "db", "upgrade", "9999"))
-    assert "nonsense" in one_line_error(invoke(url, "db", "downgrade", "nonsense", "--yes"))
+    # unknown revisions are usage errors that change nothing
+    assert "'9999' is no revision" in usage_error(invoke(url, "db", "upgrade", "9999"))
+    assert "'nonsense' is no revision" in usage_error(
+        invoke(url, "db", "downgrade", "nonsense", "--yes")
+    )
     assert succeeded(invoke(url, "db", "current")).stdout.strip() == f"{HEAD} (head)"
 
     # check notices tables that differ from the code
