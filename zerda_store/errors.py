@@ -103,3 +103,8 @@ class RefusedValueError(RefusedInput, ValueError):
 
 class RefusedTypeError(RefusedInput, TypeError):
     """A value of a type the input rules refuse (a number where a name is due)."""
+
+
+class DatabaseUrlError(StoreError, RefusedValueError):
+    """A database URL that cannot be parsed, or that names a database zerda_store does not
+    run on (``mysql://``); nothing was opened."""

@@ -32,6 +32,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..errors import (
     DatabaseUnavailableError,
+    DatabaseUrlError,
     LockTimeoutError,
     PoolExhaustedError,
     ReadOnlyStoreError,
@@ -149,7 +150,7 @@ class Store:
                 f"{scrub(str(exc), self.url)}; {POSTGRES_EXTRA}"
             ) from None
         except (ArgumentError, ValueError) as exc:
-            raise StoreError(
+            raise DatabaseUrlError(
                 f"cannot use the database URL {safe_url(self.url)}: "
                 f"{scrub(str(exc), self.url)}; zerda_store runs on sqlite:/// and postgresql:// URLs"
             ) from None
