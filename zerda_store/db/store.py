@@ -166,10 +166,19 @@ class Store:
         self.reads_need_settings = self.transaction_settings is not None and bool(self.schema)
         if read_only:
             self.require_file()
-        self._kept = KeptConnections(self.engine, lambda c: self.give_back(c, reusable=True))
+        self._kept = KeptConnections(
+            self.engine,
+            lambda c: self.give_back(c, reusable=True),
+            lambda c: self.give_back(c, reusable=False),
+        )
         self.schema_checked = False
         self.schema_lock = threading.Lock()
         self.closed = False
+        # Connections on their way back (kept, or into the pool) while the store is open:
+        # close() waits for them before it disposes of the pool (H11), and any given back
+        # once it began is closed instead.
+        self._returning = 0
+        self._returned = threading.Condition()
         self._on_close: list[Callable[[], object]] = []
 
     def __repr__(self) -> str:
@@ -228,7 +237,9 @@ class Store:
         callbacks, self._on_close = self._on_close, []
         for callback in reversed(callbacks):
             callback()
-        self.closed = True
+        with self._returned:
+            self.closed = True
+            self._returned.wait_for(lambda: not self._returning)
         self._aio.close()
         self.drop_connections()
 
@@ -248,12 +259,32 @@ class Store:
 
         ``ping=False`` skips the Postgres liveness check, for callers that run again whole
         when the connection turns out dead."""
-        with self._checked_out(self.engine.connect, ping=ping) as connection:
-            try:
-                yield connection
-            finally:
-                if self.closed:  # closed meanwhile: not back into a pool nobody uses
+        connection = self._checked_out(self.engine.connect, ping=ping)
+        try:
+            yield connection
+        finally:
+            with self._giving_back() as closed:
+                if closed:  # closed meanwhile: not back into a pool nobody uses
                     connection.invalidate()
+                connection.close()
+
+    @contextmanager
+    def _giving_back(self) -> Iterator[bool]:
+        """The return of a connection (kept, or into the pool), and whether the store is
+        closed. One that began while it was open ends before :meth:`close` disposes of the
+        pool; once the close began, the connection is to be closed: none outlives the
+        store (H11)."""
+        with self._returned:
+            closed = self.closed
+            self._returning += not closed
+        try:
+            yield closed
+        finally:
+            if not closed:
+                with self._returned:
+                    self._returning -= 1
+                    if not self._returning:
+                        self._returned.notify_all()
 
     def _checked_out(self, open_connection: Callable[[], C], *, ping: bool) -> C:
         if self.closed:
@@ -353,15 +384,14 @@ class Store:
         """Keep a connection a unit of work left with no transaction open for the next one
         (:mod:`connections.idle`); otherwise return it to the pool, which rolls back what is left open."""
         reusable = reusable and not connection.info.get(IMMUTABLE)
-        if reusable and not self.closed and self._kept.keep(connection):
-            if self.closed:  # closed meanwhile
-                self.drop_connections()
-            return
-        self._kept.forget(connection)
-        if self.closed:  # closed meanwhile: not back into a pool nobody uses (H11)
-            with contextlib.suppress(Exception):
-                connection.invalidate()
-        connection.close()
+        with self._giving_back() as closed:
+            if reusable and not closed and self._kept.keep(connection):
+                return
+            self._kept.forget(connection)
+            if closed:  # closed meanwhile: not back into a pool nobody uses (H11)
+                with contextlib.suppress(Exception):
+                    connection.invalidate()
+            connection.close()
 
     def connections_in_use(self) -> int:
         """How many of the pool's connections are in use right now (kept idle ones are
