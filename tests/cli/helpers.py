@@ -146,8 +146,7 @@ def usage_error(result: Result) -> str:
     """The error line of a usage error (exit 2, click's style: the command's usage line,
     a hint, then the error); fails on a traceback or another exit code."""
     assert result.exit_code == 2, (
-        f"expected a usage error, got exit {result.exit_code}: {result.output}"
-        f"{result.exception!r}"
+        f"expected a usage error, got exit {result.exit_code}: {result.output}{result.exception!r}"
     )
     assert isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
