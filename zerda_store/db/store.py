@@ -174,11 +174,11 @@ class Store:
         self.schema_checked = False
         self.schema_lock = threading.Lock()
         self.closed = False
-        # Connections on their way back (kept, or into the pool) while the store is open:
-        # close() waits for them before it disposes of the pool (H11), and any given back
-        # once it began is closed instead.
+        # Connections on their way back into the pool while the store is open: close()
+        # waits for them before it disposes of the pool (H11), and any given back once it
+        # began is closed instead.
         self._returning = 0
-        self._returned = threading.Condition()
+        self._returned = threading.Condition(threading.Lock())
         self._on_close: list[Callable[[], object]] = []
 
     def __repr__(self) -> str:
@@ -270,10 +270,9 @@ class Store:
 
     @contextmanager
     def _giving_back(self) -> Iterator[bool]:
-        """The return of a connection (kept, or into the pool), and whether the store is
-        closed. One that began while it was open ends before :meth:`close` disposes of the
-        pool; once the close began, the connection is to be closed: none outlives the
-        store (H11)."""
+        """The return of a connection into the pool, and whether the store is closed. One
+        that began while it was open ends before :meth:`close` disposes of the pool; once
+        the close began, the connection is to be closed: none outlives the store (H11)."""
         with self._returned:
             closed = self.closed
             self._returning += not closed
@@ -283,7 +282,7 @@ class Store:
             if not closed:
                 with self._returned:
                     self._returning -= 1
-                    if not self._returning:
+                    if self.closed and not self._returning:
                         self._returned.notify_all()
 
     def _checked_out(self, open_connection: Callable[[], C], *, ping: bool) -> C:
@@ -384,10 +383,12 @@ class Store:
         """Keep a connection a unit of work left with no transaction open for the next one
         (:mod:`connections.idle`); otherwise return it to the pool, which rolls back what is left open."""
         reusable = reusable and not connection.info.get(IMMUTABLE)
+        if reusable and not self.closed and self._kept.keep(connection):
+            if self.closed:  # closed meanwhile, maybe after it dropped the kept ones
+                self.drop_connections()
+            return
+        self._kept.forget(connection)
         with self._giving_back() as closed:
-            if reusable and not closed and self._kept.keep(connection):
-                return
-            self._kept.forget(connection)
             if closed:  # closed meanwhile: not back into a pool nobody uses (H11)
                 with contextlib.suppress(Exception):
                     connection.invalidate()

@@ -25,7 +25,14 @@ from ..extraction import (
 )
 from ..identity.repository import IdentityRepository
 from ..identity.rules import mention_of, mentions_in
-from ..model.names import UNKNOWN_TYPE, KeyRules, key_rules_for, without_ignorables
+from ..model.names import (
+    MAX_NAME_LENGTH,
+    UNKNOWN_TYPE,
+    KeyRules,
+    cached_without_ignorables,
+    key_rules_for,
+    without_ignorables,
+)
 from ..model.records import EntityRecord, Mention, NewTurn, Outcome, SessionStats, turn_text
 from ..model.templates import filler
 from ..retention.policies import Policies, PolicyCache
@@ -58,7 +65,12 @@ def given_name(name: object, what: str = "entity name") -> str:
     extraction takes the names it finds: checked as text, then without the characters that
     change no letter (``model.names.without_ignorables``, H12), so that "Sarah" followed by
     a variation selector finds the entity a save stored as "Sarah", under any key rules."""
-    return without_ignorables(checked_text(name, what))
+    text = checked_text(name, what)
+    return (
+        cached_without_ignorables(text)
+        if len(text) <= MAX_NAME_LENGTH
+        else without_ignorables(text)
+    )
 
 
 def checked_key(idempotency_key: str | None) -> str | None:
