@@ -19,10 +19,10 @@ class Address(click.ParamType[str, Any]):
     name = "host:port"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> str:
-        from ..db.citus.nodes import parse_address
+        from .. import migrate
 
         try:
-            parse_address(value)
+            migrate.cluster.parse_address(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         return str(value)

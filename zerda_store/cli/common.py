@@ -213,29 +213,28 @@ class Context:
 
 
 class Checked(click.ParamType[str, Any]):
-    """Text the library's input rules check (``validation.CHECK``) as it is parsed: a value
-    they refuse is a usage error naming the option (exit 2), before the database is opened.
-    A session id that no session can have is refused, not looked up."""
+    """Text one of the library's input rules checks (``admin.ARGUMENT_RULES[rule]``) as it
+    is parsed: a value it refuses is a usage error naming the option (exit 2), before the
+    database is opened. A session id that no session can have is refused, not looked up."""
 
     name = "text"
 
-    def __init__(self, check: str, what: str) -> None:
-        self.check = check
+    def __init__(self, rule: str, what: str) -> None:
+        self.rule = rule
         self.what = what
 
     def convert(self, value: Any, param: Any, ctx: Any) -> str:
-        from .. import validation
+        from ..admin import ARGUMENT_RULES
 
         try:
-            checked: str = getattr(validation, self.check)(value, self.what)
+            return ARGUMENT_RULES[self.rule](value, self.what)
         except (TypeError, ValueError) as exc:
             self.fail(str(exc), param, ctx)
-        return checked
 
 
-SESSION_ID = Checked("checked_identifier", "a session id")
-NAME = Checked("checked_name", "a name")
-ENTITY_TYPE = Checked("checked_entity_type", "an entity type")
+SESSION_ID = Checked("session id", "a session id")
+NAME = Checked("name", "a name")
+ENTITY_TYPE = Checked("entity type", "an entity type")
 
 
 def refusals_are_usage_errors(command: click.Command) -> None:

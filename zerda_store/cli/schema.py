@@ -30,11 +30,11 @@ class Revision(click.ParamType[str, Any]):
         from alembic.script import ScriptDirectory
         from alembic.util.exc import CommandError
 
-        from ..db.migration.migrate import alembic_config
+        from .. import migrate
 
         if _RELATIVE.fullmatch(value):
             return str(value)
-        script = ScriptDirectory.from_config(alembic_config())
+        script = ScriptDirectory.from_config(migrate.alembic_config())
         try:
             script.get_revisions(value)
         except CommandError:
