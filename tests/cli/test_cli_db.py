@@ -173,10 +173,12 @@ def test_a_sqlite_file_behind_head_is_upgraded_by_db_upgrade_only(sqlite_url):
 
 # -- URLs that cannot work ------------------------------------------------------------------
 
-BAD_URLS = [
+WRONG_URLS = [
     pytest.param("nosuchdb://x", id="unknown-scheme"),
     pytest.param("not a url", id="not-a-url"),
     pytest.param("mysql://u:secret@127.0.0.1/x", id="unsupported-database"),
+]
+BAD_URLS = [
     pytest.param("postgresql://u:secret@127.0.0.1:1/x", id="unreachable"),
     pytest.param("postgres://u:secret@127.0.0.1:1/x", id="unreachable-postgres-scheme"),
 ]
@@ -196,6 +198,17 @@ def test_an_unusable_url_fails_in_one_line_without_the_password(url):
         result = invoke(url, *command)
         one_line_error(result)
         assert "secret" not in result.output, command
+
+
+@pytest.mark.parametrize("url", WRONG_URLS)
+def test_a_url_that_is_no_usable_url_is_a_usage_error_without_the_password(url):
+    """Exit codes by one rule: a URL that does not parse or names another database is the
+    operator's argument refused (exit 2), not a failure."""
+    for command in COMMANDS:
+        result = invoke(url, *command)
+        line = usage_error(result)
+        assert "secret" not in result.output, command
+        assert line.count("zerda_store runs on") <= 1, line
 
 
 def test_an_unreachable_server_is_named_in_the_message():

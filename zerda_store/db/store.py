@@ -149,6 +149,8 @@ class Store:
                 f"cannot use the database URL {safe_url(self.url)}: "
                 f"{scrub(str(exc), self.url)}; {POSTGRES_EXTRA}"
             ) from None
+        except DatabaseUrlError:
+            raise
         except (ArgumentError, ValueError) as exc:
             raise DatabaseUrlError(
                 f"cannot use the database URL {safe_url(self.url)}: "
