@@ -39,7 +39,15 @@ from .transfer.importing import Importer
 from .turns.ledger import Ledger
 from .turns.listing import EntitySummary, Listings, SessionSummary
 from .turns.repository import Repository
-from .validation import checked_session_id
+from .validation import checked_entity_type, checked_identifier, checked_name, checked_session_id
+
+# The input rules an operator's arguments are checked by as the command line parses them
+# (a session id, a name, an entity type), each taking the value and what to call it.
+ARGUMENT_RULES: dict[str, Callable[[object, str], str]] = {
+    "session id": checked_identifier,
+    "name": checked_name,
+    "entity type": checked_entity_type,
+}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The errors zerda_store raises about its database. Each message says what happened and
-what to do, and never holds a password."""
+"""The errors zerda_store raises about its database, and its refusals of what a caller
+passed. Each message says what happened and what to do, and never holds a password."""
 
 from __future__ import annotations
 
@@ -87,3 +87,24 @@ def first_line(exc: BaseException) -> str:
     :meth:`Store.mask_secrets` before showing it."""
     detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     return detail[0] if detail else type(exc).__name__
+
+
+class RefusedInput(Exception):
+    """Base of the refusals of what a caller passed: a value outside the input rules, or
+    arguments that contradict each other. Raised before anything is read or written; the
+    caller's mistake, not the database's (the command line exits 2 on it, as on any usage
+    error). Each is also a ``ValueError`` or a ``TypeError``, as the input rules promise."""
+
+
+class RefusedValueError(RefusedInput, ValueError):
+    """A value the input rules refuse (an empty session id, a name holding a control
+    character, a duration that is not positive), or arguments that contradict each other."""
+
+
+class RefusedTypeError(RefusedInput, TypeError):
+    """A value of a type the input rules refuse (a number where a name is due)."""
+
+
+class DatabaseUrlError(StoreError, RefusedValueError):
+    """A database URL that cannot be parsed, or that names a database zerda_store does not
+    run on (``mysql://``); nothing was opened."""

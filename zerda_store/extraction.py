@@ -20,7 +20,13 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .model.names import MAX_NAME_LENGTH, MAX_TYPE_LENGTH, UNKNOWN_TYPE, is_acceptable_name
+from .model.names import (
+    MAX_NAME_LENGTH,
+    MAX_TYPE_LENGTH,
+    UNKNOWN_TYPE,
+    cached_without_ignorables,
+    is_acceptable_name,
+)
 from .model.names import without_ignorables as _without_ignorables
 from .model.templates import filler
 from .telemetry import extraction as observed_extraction
@@ -115,7 +121,7 @@ def _entities_in(response: object, method: str) -> list[ExtractedEntity]:
     parts = response.replace("،", ",").split(",")
     if len(response) > 4 * MAX_NAME_LENGTH:  # past what 100 tokens make: checked, not cached
         return [ExtractedEntity(p) for p in map(_without_ignorables, parts) if len(p) > 2]
-    return _Parsed([_parsed_entity(p) for p in map(_cleaned, parts) if len(p) > 2])
+    return _Parsed([_parsed_entity(p) for p in map(cached_without_ignorables, parts) if len(p) > 2])
 
 
 class _Parsed(list):  # type: ignore[type-arg]
@@ -125,7 +131,6 @@ class _Parsed(list):  # type: ignore[type-arg]
 
 # An entity is immutable, and a CRM's assistant meets the same names (short ones) again.
 _parsed_entity = functools.lru_cache(maxsize=16384)(ExtractedEntity)
-_cleaned = functools.lru_cache(maxsize=16384)(_without_ignorables)
 
 
 async def extract_async(extractor: Extractor, text: str, executor: Executor | None) -> Any:
@@ -255,7 +260,10 @@ def _coerce(items: Iterable[ExtractedEntity | str | tuple[str, str]]) -> list[Ex
                 item = ExtractedEntity(name, entity_type or UNKNOWN_TYPE)
         if not isinstance(item.name, str) or not isinstance(item.entity_type, str):
             raise TypeError(f"an extractor returned {item!r}: names and types must be str")
-        if len(item.name) <= MAX_NAME_LENGTH and (cleaned := _cleaned(item.name)) != item.name:
+        if (
+            len(item.name) <= MAX_NAME_LENGTH
+            and (cleaned := cached_without_ignorables(item.name)) != item.name
+        ):
             item = ExtractedEntity(cleaned, item.entity_type)
         if item.entity_type != UNKNOWN_TYPE:
             entity_type = item.entity_type[:MAX_TYPE_LENGTH]

@@ -1,5 +1,6 @@
 """Checks on what callers pass in: text every backend can store, identifiers, names and
-numbers within the schema's limits. Refusals are TypeError/ValueError naming the argument,
+numbers within the schema's limits. Refusals are TypeError/ValueError naming the argument
+(``errors.RefusedTypeError`` and ``RefusedValueError``: the command line exits 2 on them),
 raised before anything is written, the same on every backend (docs/hardening.md lists
 every rule)."""
 
@@ -11,6 +12,7 @@ from datetime import timedelta
 from typing import TypeGuard
 
 from .db.schema import entities, max_integer, max_length, retention_policies, turns
+from .errors import RefusedTypeError, RefusedValueError
 from .model.names import is_acceptable_name
 
 MAX_SESSION_ID_LENGTH = max_length(turns.c.session_id) or 255
@@ -36,19 +38,21 @@ def checked_text(value: object, what: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+        raise RefusedTypeError(f"{what} must be a str, not {type(value).__name__}")
     if "\x00" in value:
-        raise ValueError(f"{what} contains a NUL character, which cannot be stored")
+        raise RefusedValueError(f"{what} contains a NUL character, which cannot be stored")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"{what} is not valid Unicode text (it holds a lone surrogate)") from None
+        raise RefusedValueError(
+            f"{what} is not valid Unicode text (it holds a lone surrogate)"
+        ) from None
     return _within_limit(value, what)
 
 
 def _within_limit(value: str, what: str) -> str:
     if len(value) > MAX_TEXT_LENGTH:
-        raise ValueError(
+        raise RefusedValueError(
             f"{what} is {len(value):,} characters long; the limit is {MAX_TEXT_LENGTH:,} "
             "(about 1 MB of text)"
         )
@@ -57,7 +61,7 @@ def _within_limit(value: str, what: str) -> str:
 
 def mapping_text(mapping: object, key: str, argument: str) -> str:
     if not isinstance(mapping, Mapping):
-        raise TypeError(
+        raise RefusedTypeError(
             f"{argument} must be a mapping such as a dict, not {type(mapping).__name__}"
         )
     value = mapping.get(key)
@@ -79,7 +83,7 @@ def checked_session_id(value: object) -> str:
 def checked_identifier(value: object, what: str, limit: int = MAX_SESSION_ID_LENGTH) -> str:
     text = checked_text(value, what)
     if not 1 <= len(text) <= limit:
-        raise ValueError(f"{what} must be 1 to {limit} characters long")
+        raise RefusedValueError(f"{what} must be 1 to {limit} characters long")
     return text
 
 
@@ -87,9 +91,9 @@ def checked_name(value: object, what: str, limit: int = MAX_NAME_LENGTH) -> str:
     """A name every table and every path (export, import, copy) can store: 1 to ``limit``
     characters, no control characters; else TypeError/ValueError."""
     if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+        raise RefusedTypeError(f"{what} must be a str, not {type(value).__name__}")
     if not is_acceptable_name(value, limit):
-        raise ValueError(
+        raise RefusedValueError(
             f"{what} must be 1 to {limit} characters without control characters, got "
             f"{_shown(value)}"
         )
@@ -102,7 +106,7 @@ def checked_entity_type(value: object, what: str = "entity_type") -> str:
 
 
 def checked_whole_number(
-    value: object, what: str, low: int, high: int, error: type[ValueError] = ValueError
+    value: object, what: str, low: int, high: int, error: type[ValueError] = RefusedValueError
 ) -> int:
     """An int (not a bool) from ``low`` to ``high``; else ``error`` (a ValueError)."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -121,7 +125,7 @@ def checked_seconds(value: object, what: str) -> float:
     else:
         seconds = math.nan
     if not 0 < seconds <= MAX_SECONDS:
-        raise ValueError(
+        raise RefusedValueError(
             f"{what} must be a positive duration (a timedelta or seconds, at most "
             f"{MAX_SECONDS:,.0f}), got {_shown(value)}"
         )

@@ -142,6 +142,20 @@ def one_line_error(result: Result) -> str:
     return lines[0]
 
 
+def usage_error(result: Result) -> str:
+    """The error line of a usage error (exit 2, click's style: the command's usage line,
+    a hint, then the error); fails on a traceback or another exit code."""
+    assert result.exit_code == 2, (
+        f"expected a usage error, got exit {result.exit_code}: {result.output}{result.exception!r}"
+    )
+    assert isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("Usage: "), result.stderr
+    assert lines[-1].startswith("Error: "), result.stderr
+    return lines[-1]
+
+
 def json_of(result: Result) -> Any:
     return json.loads(succeeded(result).stdout)
 

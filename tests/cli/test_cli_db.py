@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from click.testing import CliRunner
 
-from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
+from tests.cli.helpers import invoke, json_of, one_line_error, succeeded, usage_error
 from tests.doubles import new_postgres_database
 from zerda_store import migrate
 from zerda_store.cli import main
@@ -86,9 +86,11 @@ def test_db_commands_on_an_empty_database(empty_database_url):
     succeeded(invoke(url, "db", "upgrade"))
     assert succeeded(invoke(url, "db", "current")).stdout.strip() == f"{HEAD} (head)"
 
-    # unknown revisions are one-line errors that change nothing
-    assert "9999" in one_line_error(invoke(url, "db", "upgrade", "9999"))
-    assert "nonsense" in one_line_error(invoke(url, "db", "downgrade", "nonsense", "--yes"))
+    # unknown revisions are usage errors that change nothing
+    assert "'9999' is no revision" in usage_error(invoke(url, "db", "upgrade", "9999"))
+    assert "'nonsense' is no revision" in usage_error(
+        invoke(url, "db", "downgrade", "nonsense", "--yes")
+    )
     assert succeeded(invoke(url, "db", "current")).stdout.strip() == f"{HEAD} (head)"
 
     # check notices tables that differ from the code
@@ -171,10 +173,12 @@ def test_a_sqlite_file_behind_head_is_upgraded_by_db_upgrade_only(sqlite_url):
 
 # -- URLs that cannot work ------------------------------------------------------------------
 
-BAD_URLS = [
+WRONG_URLS = [
     pytest.param("nosuchdb://x", id="unknown-scheme"),
     pytest.param("not a url", id="not-a-url"),
     pytest.param("mysql://u:secret@127.0.0.1/x", id="unsupported-database"),
+]
+BAD_URLS = [
     pytest.param("postgresql://u:secret@127.0.0.1:1/x", id="unreachable"),
     pytest.param("postgres://u:secret@127.0.0.1:1/x", id="unreachable-postgres-scheme"),
 ]
@@ -194,6 +198,17 @@ def test_an_unusable_url_fails_in_one_line_without_the_password(url):
         result = invoke(url, *command)
         one_line_error(result)
         assert "secret" not in result.output, command
+
+
+@pytest.mark.parametrize("url", WRONG_URLS)
+def test_a_url_that_is_no_usable_url_is_a_usage_error_without_the_password(url):
+    """Exit codes by one rule: a URL that does not parse or names another database is the
+    operator's argument refused (exit 2), not a failure."""
+    for command in COMMANDS:
+        result = invoke(url, *command)
+        line = usage_error(result)
+        assert "secret" not in result.output, command
+        assert line.count("zerda_store runs on") <= 1, line
 
 
 def test_an_unreachable_server_is_named_in_the_message():

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
 import zerda_store
-from tests.cli.helpers import json_of, one_line_error, populate, succeeded, url_maker
+from tests.cli.helpers import json_of, one_line_error, populate, succeeded, url_maker, usage_error
 from tests.passwords import (
     WRONG,
     Form,
@@ -41,10 +41,12 @@ def run(url: str, given: str, *args: str) -> Result:
     return runner.invoke(main, [*prefix, *args])
 
 
-def error_line(result: Result, form: Form, logs: pytest.LogCaptureFixture | None = None) -> str:
-    """The one error line, after checking that nothing the command said or logged shows a
-    piece of the password (or of the wrong one)."""
-    line = one_line_error(result)
+def error_line(
+    result: Result, form: Form, logs: pytest.LogCaptureFixture | None = None, *, usage: bool = False
+) -> str:
+    """The one error line (of a usage error, with ``usage``), after checking that nothing
+    the command said or logged shows a piece of the password (or of the wrong one)."""
+    line = usage_error(result) if usage else one_line_error(result)
     said = f"{result.output}\n{result.stderr}\n{result.exception!r}"
     assert leaks(said, form.password, WRONG) == set()
     if logs is not None:
@@ -90,7 +92,7 @@ def test_the_right_password_lists_the_sessions(
 
 def test_an_unusable_url(form: Form, given: str) -> None:
     for url in unusable_urls(form):
-        assert "database URL" in error_line(run(url, given, "sessions"), form)
+        assert "database URL" in error_line(run(url, given, "sessions"), form, usage=True)
 
 
 @pytest.mark.postgres
@@ -191,7 +193,7 @@ def test_copy_to_a_database_without_the_schema_creates_it_without_showing_the_pa
 
 def test_copy_to_an_unusable_url(form: Form, source: str) -> None:
     for url in unusable_urls(form):
-        assert "database URL" in error_line(copy_to(source, url), form)
+        assert "database URL" in error_line(copy_to(source, url), form, usage=True)
 
 
 @pytest.mark.postgres

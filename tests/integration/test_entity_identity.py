@@ -267,6 +267,27 @@ def test_merging_an_entity_into_itself_names_it_once(make_memory, keep, other, m
     assert str(refused.value) == message
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "message"),
+    [
+        ("Sarah", "Sarah", "'Sarah' is one entity: there is nothing to merge"),
+        ("Sally", "SARAH", "'Sally' and 'SARAH' both name 'Sarah': they are one entity already"),
+    ],
+)
+def test_confirming_an_entity_the_same_as_itself_names_it_once(make_memory, a, b, message):
+    """H17 by the judgements' route: `confirm_same` said "'Sarah' and 'Sarah' are one
+    entity already"."""
+    memory = make_memory(KeywordLLM(["Sarah"]), session_id="self-judged")
+    memory.save_context({"input": "Sarah called"}, {"output": "ok"})
+    memory.add_alias("Sarah", "Sally")
+
+    with pytest.raises(MergeError) as refused:
+        memory.confirm_same(a, b)
+
+    assert str(refused.value) == message
+    assert memory.judgements() == []
+
+
 def test_unmerge_after_a_prune_took_every_snippet_of_the_merged_entity_is_refused(make_memory):
     """The fourth hardening round, H13: before, the unmerge brought back an entity with
     no snippet, listed with nothing to show."""

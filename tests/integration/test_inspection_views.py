@@ -135,3 +135,24 @@ def test_entity_snippets_ranks_each_entitys_snippets_newest_first_from_one(
         ("Sarah", 3, "Sarah one ok"),
     ]
     assert snippets(database_url, "other") == [("Sarah", 1, "Sarah elsewhere ok")]
+
+
+def test_the_views_show_everything_stored_until_a_prune_makes_them_agree_with_the_reads(
+    make_memory, database_url
+):
+    """As docs/operations.md says: the views show everything stored, what retention
+    hides from the reads too, until `prune` deletes it; then they agree."""
+    memory = make_memory(FixedLLM("Sarah"), session_id="kept")
+    for n in range(3):
+        memory.save_context({"input": f"Sarah, note {n}"}, {"output": "ok"})
+    memory.set_retention(keep_last=1)
+
+    assert memory.get_entity_info("Sarah")["contexts_count"] == 1
+    assert [row[1] for row in snippets(database_url, "kept")] == [1, 2, 3]
+    assert overview(database_url, "kept")[1][0][3] == 3
+
+    memory.prune()
+
+    assert [row[1] for row in snippets(database_url, "kept")] == [1]
+    assert overview(database_url, "kept")[1][0][3] == 1
+    assert memory.get_entity_info("Sarah")["contexts_count"] == 1

@@ -117,3 +117,44 @@ def test_an_extractors_look_alike_name_names_the_same_entity(make_memory, look_a
     memory.save_context({"input": "b"}, {})
 
     assert memory.list_entities() == ["Sarah"]
+
+
+@pytest.mark.parametrize("normalize_names", [True, False], ids=["folded", "exact"])
+@pytest.mark.parametrize("look_alike", list(IGNORABLE.values()), ids=list(IGNORABLE))
+def test_a_lookup_by_a_look_alike_name_finds_the_entity_extraction_stored(
+    make_memory, look_alike, normalize_names
+):
+    """The names a caller gives are cleaned as extraction cleans the names it finds
+    (``without_ignorables``): a lookup by a look-alike finds the entity, with either key
+    rules, by every read and change by name."""
+    memory = make_memory(FixedLLM("Sarah"), session_id="s", normalize_names=normalize_names)
+    memory.save_context({"input": "Sarah called"}, {"output": "ok"})
+    make_memory(FixedLLM("Bob"), session_id="s", normalize_names=normalize_names).save_context(
+        {"input": "Bob called"}, {"output": "ok"}
+    )
+    bob = "Bob\u3164"
+
+    assert memory.get_entity_info(look_alike)["name"] == "Sarah"
+    assert look_alike in memory.entity_store
+    assert memory.entity_store[look_alike].name == "Sarah"
+    assert memory.add_alias(look_alike, "Sally\ufe0f") is True
+    assert memory.get_entity_info("Sally")["name"] == "Sarah"
+    assert memory.remove_alias("Sally\U000e0041") is True
+    assert memory.forget_entity(look_alike, dry_run=True)["entities"] == 1
+    receipt = memory.merge_entities(look_alike, bob)
+    assert (receipt["kept"], receipt["merged"]) == ("Sarah", "Bob")
+    assert memory.forget_entity(look_alike)["entities"] == 1
+    assert memory.list_entities() == []
+
+
+def test_an_async_lookup_by_a_look_alike_name_finds_the_entity(make_memory):
+    memory = make_memory(FixedLLM("Sarah"), session_id="s")
+    memory.save_context({"input": "Sarah called"}, {"output": "ok"})
+
+    async def look_up() -> tuple[dict | None, dict]:
+        info = await memory.aget_entity_info("Sarah\ufe0f")
+        return info, await memory.aforget_entity("Sarah\ufe0f", dry_run=True)
+
+    info, receipt = asyncio.run(look_up())
+    assert info is not None and info["name"] == "Sarah"
+    assert receipt["entities"] == 1

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
+from tests.cli.helpers import invoke, json_of, one_line_error, succeeded, usage_error
 from tests.doubles import POSTGRES_ADMIN_URL, KeywordLLM
 from zerda_store import ConversationEntityMemory, Store, migrate
 from zerda_store.errors import PermissionDeniedError, StoreError
@@ -399,10 +399,13 @@ def test_grant_refuses_the_owner_a_superuser_and_a_missing_role(roles: Roles):
     assert "the owner of the tables" in error("--service", roles.owner)
     assert "a superuser" in error("--inspector", "postgres")
     assert "no role nobody_here" in error("--service", "nobody_here")
-    assert "both the service and the inspector" in error(
-        "--service", roles.service, "--inspector", roles.service
+    # options that contradict each other, or no role at all: usage errors (exit 2)
+    assert "both the service and the inspector" in usage_error(
+        roles.cli(
+            roles.owner, "db", "grant", "--service", roles.service, "--inspector", roles.service
+        )
     )
-    assert "--service ROLE" in error()
+    assert "--service ROLE" in usage_error(roles.cli(roles.owner, "db", "grant"))
 
 
 def test_only_the_owner_may_grant(roles: Roles):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from zerda_store.db.citus.nodes import Progress, _progress, parse_address
-from zerda_store.errors import StoreError
+from zerda_store.errors import RefusedValueError
 
 
 def test_an_address_is_host_and_port_and_the_port_defaults_to_5432() -> None:
@@ -16,7 +16,7 @@ def test_an_address_is_host_and_port_and_the_port_defaults_to_5432() -> None:
 
 @pytest.mark.parametrize("address", ["", ":5432", "host:port", "host:"])
 def test_a_malformed_address_is_refused_in_one_line(address: str) -> None:
-    with pytest.raises(StoreError, match="is not HOST:PORT"):
+    with pytest.raises(RefusedValueError, match="is not HOST:PORT"):
         parse_address(address)
 
 

@@ -5,10 +5,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Any
 
 import click
 
 from .common import Context, json_option, print_text
+
+
+class Address(click.ParamType[str, Any]):
+    """A node's ``HOST:PORT`` (the port 5432 when left out): anything else is a usage
+    error, before the database is opened."""
+
+    name = "host:port"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        from .. import migrate
+
+        try:
+            migrate.cluster.parse_address(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return str(value)
 
 
 @click.group("citus")
@@ -37,7 +54,7 @@ def nodes(obj: Context, as_json: bool) -> None:
 
 
 @citus.command("add-worker")
-@click.argument("address", metavar="HOST:PORT")
+@click.argument("address", metavar="HOST:PORT", type=Address())
 @click.option(
     "--no-rebalance", is_flag=True, help="Only register the worker; move no shard to it yet."
 )
@@ -72,7 +89,7 @@ def rebalance(obj: Context) -> None:
 
 
 @citus.command("drain")
-@click.argument("address", metavar="HOST:PORT")
+@click.argument("address", metavar="HOST:PORT", type=Address())
 @click.pass_obj
 def drain(obj: Context, address: str) -> None:
     """Move every shard off a worker (shouldhaveshards = false, then a drain-only rebalance

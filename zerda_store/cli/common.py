@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import StoreError
+from ..errors import RefusedInput, StoreError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -211,8 +212,61 @@ class Context:
             self._store.close()
 
 
+class Checked(click.ParamType[str, Any]):
+    """Text one of the library's input rules checks (``admin.ARGUMENT_RULES[rule]``) as it
+    is parsed: a value it refuses is a usage error naming the option (exit 2), before the
+    database is opened. A session id that no session can have is refused, not looked up."""
+
+    name = "text"
+
+    def __init__(self, rule: str, what: str) -> None:
+        self.rule = rule
+        self.what = what
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        from ..admin import ARGUMENT_RULES
+
+        try:
+            return ARGUMENT_RULES[self.rule](value, self.what)
+        except (TypeError, ValueError) as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SESSION_ID = Checked("session id", "a session id")
+NAME = Checked("name", "a name")
+ENTITY_TYPE = Checked("entity type", "an entity type")
+
+
+def refusals_are_usage_errors(command: click.Command) -> None:
+    """The rule of the exit codes (0 ok, 1 failure, 2 usage) for every command under
+    ``command``: what the library refuses of the operator's arguments
+    (:class:`~zerda_store.errors.RefusedInput`: a value outside the input rules, options
+    that contradict each other) is a usage error, as click's own are: exit 2, under the
+    command's usage line. Everything else that fails is a failure (exit 1,
+    :class:`Group`): a database error, something not found, a refused merge."""
+    if isinstance(command, click.Group):
+        for subcommand in command.commands.values():
+            refusals_are_usage_errors(subcommand)
+    elif command.callback is not None:
+        command.callback = _usage_errors(command.callback)
+
+
+def _usage_errors(callback: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except RefusedInput as exc:
+            ctx = click.get_current_context()
+            raise click.UsageError(escaped(_scrubbed(ctx, str(exc))), ctx) from None
+
+    return run
+
+
 class Group(click.Group):
-    """Turns the expected failures into one line, with no secret of any URL in it."""
+    """Turns the expected failures into one line, with no secret of any URL in it (exit 1;
+    a refusal of the operator's arguments is a usage error, exit 2:
+    :func:`refusals_are_usage_errors`)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -326,7 +380,9 @@ def go_ahead(what: str, yes: bool) -> None:
         raise click.ClickException("nothing was changed")
 
 
-session_option = click.option("--session", "session_id", required=True, help="The session id.")
+session_option = click.option(
+    "--session", "session_id", type=SESSION_ID, required=True, help="The session id."
+)
 
 
 def require_session(obj: Context, session_id: str) -> None:

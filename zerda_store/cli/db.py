@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .common import Context, json_option, plural, print_text
+from .common import SESSION_ID, Context, json_option, plural, print_text
 
 
 @click.command("distribute")
@@ -128,6 +128,7 @@ def print_upgrade(
     "normalized",
     multiple=True,
     metavar="SESSION",
+    type=SESSION_ID,
     help="A session the previous release began, whose keys do not show how it was keyed, "
     "was written with normalize_names=True (default: exact). Repeatable.",
 )

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from .common import Context, json_option, plural, print_text
+from .common import SESSION_ID, Context, json_option, plural, print_text
 
 
 @click.command()
@@ -21,7 +21,9 @@ from .common import Context, json_option, plural, print_text
     required=True,
     help="Retry the turns whose extraction failed (the only mode).",
 )
-@click.option("--session", "session_id", help="One session (default: every session).")
+@click.option(
+    "--session", "session_id", type=SESSION_ID, help="One session (default: every session)."
+)
 @click.option("--lang", default="en", show_default=True, help="Language of the stanza model.")
 @click.option("--stanza-dir", type=click.Path(file_okay=False), help="stanza resources folder.")
 @json_option

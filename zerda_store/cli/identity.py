@@ -18,7 +18,16 @@ import click
 if TYPE_CHECKING:
     from .. import ConversationEntityMemory
 
-from .common import Context, json_option, output, plural, print_text, session_option, when
+from .common import (
+    NAME,
+    Context,
+    json_option,
+    output,
+    plural,
+    print_text,
+    session_option,
+    when,
+)
 
 # Merge ids are 64-bit row ids: a larger number names no merge (and no driver takes it).
 _MERGE_ID = click.IntRange(1, 2**63 - 1)
@@ -56,8 +65,8 @@ def alias() -> None:
 
 
 @alias.command("add")
-@click.argument("name")
-@click.argument("alias_name", metavar="ALIAS")
+@click.argument("name", type=NAME)
+@click.argument("alias_name", metavar="ALIAS", type=NAME)
 @session_option
 @json_option
 @click.pass_obj
@@ -76,7 +85,7 @@ def alias_add(obj: Context, name: str, alias_name: str, session_id: str, as_json
 
 
 @alias.command("remove")
-@click.argument("alias_name", metavar="ALIAS")
+@click.argument("alias_name", metavar="ALIAS", type=NAME)
 @session_option
 @json_option
 @click.pass_obj
@@ -105,8 +114,8 @@ def alias_list(obj: Context, session_id: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("keep")
-@click.argument("other")
+@click.argument("keep", type=NAME)
+@click.argument("other", type=NAME)
 @session_option
 @json_option
 @click.pass_obj
@@ -227,8 +236,8 @@ def similar() -> None:
 
 
 @similar.command("confirm")
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", type=NAME)
+@click.argument("b", type=NAME)
 @session_option
 @_by_option
 @json_option
@@ -249,8 +258,8 @@ def similar_confirm(
 
 
 @similar.command("reject")
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", type=NAME)
+@click.argument("b", type=NAME)
 @session_option
 @_by_option
 @json_option
@@ -271,8 +280,8 @@ def similar_reject(
 
 
 @similar.command("undo")
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", type=NAME)
+@click.argument("b", type=NAME)
 @session_option
 @json_option
 @click.pass_obj

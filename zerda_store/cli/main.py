@@ -15,6 +15,8 @@ import click
 from .citus import citus
 from .common import (
     MAX_COUNT,
+    NAME,
+    SESSION_ID,
     Context,
     Group,
     dry_run_option,
@@ -24,6 +26,7 @@ from .common import (
     output,
     plural,
     print_text,
+    refusals_are_usage_errors,
     require_session,
     session_option,
     when,
@@ -33,7 +36,7 @@ from .db import contract, distribute, grant, print_rekeyed, print_upgrade, rekey
 from .extraction import models, reextract
 from .identity import alias, merge, merges, similar, similar_listing, unmerge
 from .retention import prune, retention
-from .schema import check_assumptions, db_check, db_current, db_downgrade, revision_slugs
+from .schema import Revision, check_assumptions, db_check, db_current, db_downgrade, revision_slugs
 from .transfer import copy, export_command, import_command
 
 # The environment variable of the database URL (``db.urls.DATABASE_URL_ENV``, which a
@@ -100,12 +103,13 @@ for db_command in (distribute, citus, db_downgrade, db_current, db_check, rekey,
 
 
 @db.command("upgrade")
-@click.argument("revision", default="head")
+@click.argument("revision", default="head", type=Revision())
 @click.option(
     "--assume-normalized",
     "normalized",
     multiple=True,
     metavar="SESSION",
+    type=SESSION_ID,
     help="A session whose records do not tell how it was keyed was written with "
     "normalize_names=True: re-key it (default: keep its keys, as exact). Repeatable.",
 )
@@ -234,7 +238,7 @@ def entities(
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", type=NAME)
 @session_option
 @click.option(
     "--limit",
@@ -264,7 +268,9 @@ def entity(obj: Context, name: str, session_id: str, limit: int, as_json: bool) 
 
 
 @main.command()
-@click.option("--session", "session_id", help="One session (default: every session).")
+@click.option(
+    "--session", "session_id", type=SESSION_ID, help="One session (default: every session)."
+)
 @json_option
 @click.pass_obj
 def stats(obj: Context, session_id: str | None, as_json: bool) -> None:
@@ -287,7 +293,7 @@ _ERASED = ("entities", "contexts", "turns_deleted", "turns_updated")
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", type=NAME)
 @session_option
 @click.option("--with-turns", is_flag=True, help="Also delete the turns that mention it.")
 @dry_run_option
@@ -342,3 +348,6 @@ def demo(obj: Context, as_json: bool) -> None:
     summary = run_demo(obj.store, (lambda _: None) if as_json else print_text)
     if as_json:
         click.echo(json.dumps(summary, ensure_ascii=False, indent=2))
+
+
+refusals_are_usage_errors(main)  # exit codes by one rule: 0 ok, 1 failure, 2 usage

@@ -9,8 +9,10 @@ from typing import Any
 import click
 
 from .common import (
+    ENTITY_TYPE,
     MAX_COUNT,
     MAX_SECONDS,
+    SESSION_ID,
     Context,
     dry_run_option,
     go_ahead,
@@ -55,7 +57,7 @@ def written(seconds: float | None) -> str:
 
 
 scope_options = [
-    click.option("--session", "session_id", help="The session (else --default)."),
+    click.option("--session", "session_id", type=SESSION_ID, help="The session (else --default)."),
     click.option("--default", "default", is_flag=True, help="The default policy."),
 ]
 
@@ -84,7 +86,7 @@ def retention() -> None:
     "--max-age", type=Duration(), help=f"Drop snippets and turns older than this ({_FORMS})."
 )
 @click.option("--session-idle", type=Duration(), help="Expire a session idle this long (90d).")
-@click.option("--entity-type", help="Apply to entities of this type only.")
+@click.option("--entity-type", type=ENTITY_TYPE, help="Apply to entities of this type only.")
 @click.option(
     "--replace",
     is_flag=True,
@@ -151,7 +153,7 @@ def _rule_line(label: str, rule: dict[str, Any], entity_type: str | None = None)
 
 @retention.command("clear")
 @_with_scope
-@click.option("--entity-type", help="Clear only this entity type's rule.")
+@click.option("--entity-type", type=ENTITY_TYPE, help="Clear only this entity type's rule.")
 @dry_run_option
 @yes_option
 @json_option
@@ -199,7 +201,9 @@ def _any_field(rule: dict[str, Any]) -> bool:
 
 
 @click.command()
-@click.option("--session", "session_id", help="One session (default: every session).")
+@click.option(
+    "--session", "session_id", type=SESSION_ID, help="One session (default: every session)."
+)
 @dry_run_option
 @yes_option
 @json_option

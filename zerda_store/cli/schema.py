@@ -5,13 +5,46 @@ on a terminal and needs ``--yes`` anywhere else."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..errors import SchemaNotCurrentError
 from .common import Context, dry_run_option, json_option, on_terminal, print_text, yes_option
+
+# A step relative to the database's revision (+1, -2, 0005+1), which Alembic resolves
+# against the database.
+_RELATIVE = re.compile(r".*[+-]\d+")
+
+
+class Revision(click.ParamType[str, Any]):
+    """A revision of zerda_store's (its id or a prefix of it, head, base, or a relative
+    step such as -1): any other is a usage error, before the database is opened."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        from alembic.script import ScriptDirectory
+        from alembic.util.exc import CommandError
+
+        from .. import migrate
+
+        if _RELATIVE.fullmatch(value):
+            return str(value)
+        script = ScriptDirectory.from_config(migrate.alembic_config())
+        try:
+            script.get_revisions(value)
+        except CommandError:
+            self.fail(
+                f"{value!r} is no revision of zerda_store's (0001 to {script.get_current_head()}"
+                ", head, base, or a step such as -1)",
+                param,
+                ctx,
+            )
+        return str(value)
 
 
 def what_is_dropped(steps: list[tuple[str, str]], revision: str) -> str:
@@ -23,7 +56,7 @@ def what_is_dropped(steps: list[tuple[str, str]], revision: str) -> str:
 
 
 @click.command("downgrade")
-@click.argument("revision")
+@click.argument("revision", type=Revision())
 @dry_run_option
 @yes_option
 @json_option

@@ -13,7 +13,15 @@ from typing import IO, Any
 
 import click
 
-from .common import Context, json_option, plural, print_text, require_session, session_option
+from .common import (
+    SESSION_ID,
+    Context,
+    json_option,
+    plural,
+    print_text,
+    require_session,
+    session_option,
+)
 from .progress import row_bar
 
 
@@ -146,7 +154,9 @@ def _copy(source: IO[bytes], target: IO[bytes]) -> None:
 
 @click.command()
 @click.option("--to", "destination", required=True, help="URL of the database to copy into.")
-@click.option("--session", "session_id", help="Copy one session (default: every session).")
+@click.option(
+    "--session", "session_id", type=SESSION_ID, help="Copy one session (default: every session)."
+)
 @click.option(
     "--include-expired",
     is_flag=True,

@@ -32,9 +32,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..errors import (
     DatabaseUnavailableError,
+    DatabaseUrlError,
     LockTimeoutError,
     PoolExhaustedError,
     ReadOnlyStoreError,
+    RefusedValueError,
     StoreError,
     first_line,
 )
@@ -111,7 +113,9 @@ class Store:
     ):
         for name, seconds in (("lock_timeout", lock_timeout), ("pool_timeout", pool_timeout)):
             if not seconds > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, got {seconds}")
+                raise RefusedValueError(
+                    f"{name} must be a positive number of seconds, got {seconds}"
+                )
         self.pool_timeout = float(pool_timeout)
         self.telemetry = telemetry or default_telemetry()  # docs/observability.md
         self.url = resolve_url(database_url)
@@ -145,8 +149,10 @@ class Store:
                 f"cannot use the database URL {safe_url(self.url)}: "
                 f"{scrub(str(exc), self.url)}; {POSTGRES_EXTRA}"
             ) from None
+        except DatabaseUrlError:
+            raise
         except (ArgumentError, ValueError) as exc:
-            raise StoreError(
+            raise DatabaseUrlError(
                 f"cannot use the database URL {safe_url(self.url)}: "
                 f"{scrub(str(exc), self.url)}; zerda_store runs on sqlite:/// and postgresql:// URLs"
             ) from None
@@ -162,10 +168,19 @@ class Store:
         self.reads_need_settings = self.transaction_settings is not None and bool(self.schema)
         if read_only:
             self.require_file()
-        self._kept = KeptConnections(self.engine, lambda c: self.give_back(c, reusable=True))
+        self._kept = KeptConnections(
+            self.engine,
+            lambda c: self.give_back(c, reusable=True),
+            lambda c: self.give_back(c, reusable=False),
+        )
         self.schema_checked = False
         self.schema_lock = threading.Lock()
         self.closed = False
+        # Connections on their way back into the pool while the store is open: close()
+        # waits for them before it disposes of the pool (H11), and any given back once it
+        # began is closed instead.
+        self._returning = 0
+        self._returned = threading.Condition(threading.Lock())
         self._on_close: list[Callable[[], object]] = []
 
     def __repr__(self) -> str:
@@ -224,7 +239,9 @@ class Store:
         callbacks, self._on_close = self._on_close, []
         for callback in reversed(callbacks):
             callback()
-        self.closed = True
+        with self._returned:
+            self.closed = True
+            self._returned.wait_for(lambda: not self._returning)
         self._aio.close()
         self.drop_connections()
 
@@ -244,12 +261,31 @@ class Store:
 
         ``ping=False`` skips the Postgres liveness check, for callers that run again whole
         when the connection turns out dead."""
-        with self._checked_out(self.engine.connect, ping=ping) as connection:
-            try:
-                yield connection
-            finally:
-                if self.closed:  # closed meanwhile: not back into a pool nobody uses
+        connection = self._checked_out(self.engine.connect, ping=ping)
+        try:
+            yield connection
+        finally:
+            with self._giving_back() as closed:
+                if closed:  # closed meanwhile: not back into a pool nobody uses
                     connection.invalidate()
+                connection.close()
+
+    @contextmanager
+    def _giving_back(self) -> Iterator[bool]:
+        """The return of a connection into the pool, and whether the store is closed. One
+        that began while it was open ends before :meth:`close` disposes of the pool; once
+        the close began, the connection is to be closed: none outlives the store (H11)."""
+        with self._returned:
+            closed = self.closed
+            self._returning += not closed
+        try:
+            yield closed
+        finally:
+            if not closed:
+                with self._returned:
+                    self._returning -= 1
+                    if self.closed and not self._returning:
+                        self._returned.notify_all()
 
     def _checked_out(self, open_connection: Callable[[], C], *, ping: bool) -> C:
         if self.closed:
@@ -350,14 +386,15 @@ class Store:
         (:mod:`connections.idle`); otherwise return it to the pool, which rolls back what is left open."""
         reusable = reusable and not connection.info.get(IMMUTABLE)
         if reusable and not self.closed and self._kept.keep(connection):
-            if self.closed:  # closed meanwhile
+            if self.closed:  # closed meanwhile, maybe after it dropped the kept ones
                 self.drop_connections()
             return
         self._kept.forget(connection)
-        if self.closed:  # closed meanwhile: not back into a pool nobody uses (H11)
-            with contextlib.suppress(Exception):
-                connection.invalidate()
-        connection.close()
+        with self._giving_back() as closed:
+            if closed:  # closed meanwhile: not back into a pool nobody uses (H11)
+                with contextlib.suppress(Exception):
+                    connection.invalidate()
+            connection.close()
 
     def connections_in_use(self) -> int:
         """How many of the pool's connections are in use right now (kept idle ones are

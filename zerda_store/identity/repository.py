@@ -210,6 +210,8 @@ class IdentityRepository:
         def work(transaction: Transaction) -> Judgement:
             kept = self._entity(transaction, session_id, a)
             merged = self._entity(transaction, session_id, b)
+            if kept.id == merged.id:  # named once, as a merge refusal names it (H17)
+                raise MergeError(_one_entity(a, b, kept.name))
             receipt = merge(transaction, self._statements, kept, merged, reason=CONFIRMED, at=at)
             return self._judge(transaction, session_id, kept, merged, SAME, by, at, receipt)
 

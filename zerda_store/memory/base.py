@@ -25,7 +25,14 @@ from ..extraction import (
 )
 from ..identity.repository import IdentityRepository
 from ..identity.rules import mention_of, mentions_in
-from ..model.names import UNKNOWN_TYPE, KeyRules, key_rules_for
+from ..model.names import (
+    MAX_NAME_LENGTH,
+    UNKNOWN_TYPE,
+    KeyRules,
+    cached_without_ignorables,
+    key_rules_for,
+    without_ignorables,
+)
 from ..model.records import EntityRecord, Mention, NewTurn, Outcome, SessionStats, turn_text
 from ..model.templates import filler
 from ..retention.policies import Policies, PolicyCache
@@ -51,6 +58,19 @@ RECALL_LIMIT = 3
 def outcome(result: ExtractionResult) -> Outcome:
     """An extraction's outcome as the ledger records it."""
     return Outcome(result.extractor, result.status, result.error, result.latency)
+
+
+def given_name(name: object, what: str = "entity name") -> str:
+    """A name a caller gives (to look an entity up, change it, or name an alias), taken as
+    extraction takes the names it finds: checked as text, then without the characters that
+    change no letter (``model.names.without_ignorables``, H12), so that "Sarah" followed by
+    a variation selector finds the entity a save stored as "Sarah", under any key rules."""
+    text = checked_text(name, what)
+    return (
+        cached_without_ignorables(text)
+        if len(text) <= MAX_NAME_LENGTH
+        else without_ignorables(text)
+    )
 
 
 def checked_key(idempotency_key: str | None) -> str | None:
@@ -316,10 +336,10 @@ class MemoryCore:
         }
 
     def _key(self, name: str) -> str:
-        return self.key_rules.key(checked_text(name, "entity name"))
+        return self.key_rules.key(given_name(name))
 
     def _named(self, name: str) -> Mention:
-        return self._mention(checked_text(name, "entity name"))
+        return self._mention(given_name(name))
 
     def _check_key_rules(self) -> None:
         """Before a read or a change by name: the session's key rules must be this

@@ -8,8 +8,8 @@ from typing import Any
 from ..errors import MergeError
 from ..identity.similar import similar_pairs
 from ..telemetry.operations import DELETE, UPDATE, counts, observed
-from ..validation import MAX_COUNT, MAX_ID, checked_name, checked_text, checked_whole_number
-from .base import MemoryCore
+from ..validation import MAX_COUNT, MAX_ID, checked_name, checked_whole_number
+from .base import MemoryCore, given_name
 
 # Who decided, when the caller does not say (the CLI passes the operating-system user).
 DECIDED_BY = "api"
@@ -29,8 +29,8 @@ class IdentityMethods(MemoryCore):
         self._check_key_rules()
         return self._identity.add_alias(
             self.session_id,
-            checked_text(name, "entity name"),
-            checked_name(alias, "alias"),
+            given_name(name),
+            checked_name(given_name(alias, "alias"), "alias"),
             self._now(),
         )
 
@@ -39,7 +39,7 @@ class IdentityMethods(MemoryCore):
         """Stop ``alias`` naming its entity; False if no entity had it."""
         self.store.check_writable()
         self._check_key_rules()
-        return self._identity.remove_alias(self.session_id, checked_text(alias, "alias"))
+        return self._identity.remove_alias(self.session_id, given_name(alias, "alias"))
 
     @observed(UPDATE, done=counts)
     def merge_entities(self, keep: str, other: str) -> dict[str, Any]:
@@ -50,8 +50,8 @@ class IdentityMethods(MemoryCore):
         self._check_key_rules()
         receipt = self._identity.merge(
             self.session_id,
-            checked_text(keep, "entity name"),
-            checked_text(other, "entity name"),
+            given_name(keep),
+            given_name(other),
             self._now(),
         )
         return asdict(receipt)
@@ -114,8 +114,8 @@ class IdentityMethods(MemoryCore):
         self._check_key_rules()
         judgement = self._identity.confirm_same(
             self.session_id,
-            checked_text(a, "entity name"),
-            checked_text(b, "entity name"),
+            given_name(a),
+            given_name(b),
             checked_name(by, "by", MAX_DECIDED_BY),
             self._now(),
         )
@@ -129,8 +129,8 @@ class IdentityMethods(MemoryCore):
         self._check_key_rules()
         judgement = self._identity.reject_same(
             self.session_id,
-            checked_text(a, "entity name"),
-            checked_text(b, "entity name"),
+            given_name(a),
+            given_name(b),
             checked_name(by, "by", MAX_DECIDED_BY),
             self._now(),
         )
@@ -144,8 +144,8 @@ class IdentityMethods(MemoryCore):
         self._check_key_rules()
         judgement = self._identity.undo_judgement(
             self.session_id,
-            checked_text(a, "entity name"),
-            checked_text(b, "entity name"),
+            given_name(a),
+            given_name(b),
             self._now(),
         )
         return asdict(judgement)

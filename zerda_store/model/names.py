@@ -231,6 +231,12 @@ def without_ignorables(name: str) -> str:
     return _IGNORABLE.sub("", name).strip()
 
 
+# :func:`without_ignorables` remembered: what extraction finds and callers look up are the
+# same few thousand names again and again. For short text only (a name, an LLM's usual
+# answer): a longer one is cleaned each time, never kept.
+cached_without_ignorables = functools.lru_cache(maxsize=16384)(without_ignorables)
+
+
 def is_acceptable_name(name: str, limit: int = MAX_NAME_LENGTH) -> bool:
     """True when a name can be stored: 1 to ``limit`` code points (256: a name's column),
     no control characters and no lone surrogates (which no database can store as UTF-8)."""

@@ -15,6 +15,7 @@ from typing import Any
 from ..db.execution.unit_of_work import Transaction
 from ..db.schema import ANY_SCOPE
 from ..db.store import Store
+from ..errors import RefusedValueError
 from .policy import POLICY_CACHE_SECONDS, Policy, Rule, Visibility, policy_from_rows, visibility
 from .statements import PolicyStatements
 
@@ -47,9 +48,11 @@ class Policies:
     def set(self, scope: str, entity_type: str, rule: Rule, at: float) -> None:
         """Store (or replace) the rule of ``scope`` for ``entity_type``."""
         if rule.keep_last is not None and rule.keep_last < 1:
-            raise ValueError(f"keep_last must be at least 1, got {rule.keep_last}")
+            raise RefusedValueError(f"keep_last must be at least 1, got {rule.keep_last}")
         if entity_type != ANY_SCOPE and rule.session_idle is not None:
-            raise ValueError("session_idle applies to a whole session, not to one entity type")
+            raise RefusedValueError(
+                "session_idle applies to a whole session, not to one entity type"
+            )
         values = {"session_id": scope, "entity_type": entity_type, "updated_at": at}
         values.update(rule.as_dict())
 

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from ..db.execution.statements import param
 from ..db.execution.unit_of_work import SessionLock
 from ..db.schema import ANY_SCOPE
+from ..errors import RefusedValueError
 from ..validation import MAX_COUNT, checked_entity_type, checked_seconds, checked_whole_number
 
 # How long a memory keeps the policy it read before reading it again (seconds).
@@ -65,7 +66,7 @@ def make_rule(
         checked_whole_number(keep_last, "keep_last", 1, MAX_COUNT)
     rule = Rule(keep_last, seconds(max_age, "max_age"), seconds(session_idle, "session_idle"))
     if rule == Rule():
-        raise ValueError("a retention rule needs keep_last, max_age or session_idle")
+        raise RefusedValueError("a retention rule needs keep_last, max_age or session_idle")
     return rule
 
 

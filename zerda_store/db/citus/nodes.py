@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ...errors import StoreError
+from ...errors import RefusedValueError, StoreError
 from ..sharding import citus_version, distributed_tables
 from ..store import Store
 
@@ -116,7 +116,7 @@ def parse_address(address: str) -> tuple[str, int]:
     """``HOST:PORT`` (the port 5432 when left out) as a pair."""
     host, _, port = address.rpartition(":") if ":" in address else (address, "", "5432")
     if not host or not port.isdigit():
-        raise StoreError(f"{address!r} is not HOST:PORT")
+        raise RefusedValueError(f"{address!r} is not HOST:PORT")
     return host, int(port)
 
 

@@ -50,11 +50,18 @@ _INHERITED: list[Any] = []
 class KeptConnections:
     """The connections one store keeps; dropped (invalidated) whenever its engine is
     disposed. ``give_back`` is the store's: a connection a waiting loop's unit no longer
-    wants goes back through it (kept, or to the pool once the store is closed)."""
+    wants goes back through it (kept, or to the pool; closed once the store is closed);
+    ``to_pool`` returns one kept too long to the pool the same way, never kept again."""
 
-    def __init__(self, engine: Engine, give_back: Callable[[Any], None]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        give_back: Callable[[Any], None],
+        to_pool: Callable[[Any], None],
+    ) -> None:
         self._engine = engine
         self._give_back = give_back
+        self._to_pool = to_pool
         postgres = engine.dialect.name == "postgresql"
         self._limit = engine.pool.size() if postgres else KEPT_CONNECTIONS  # type: ignore[attr-defined]
         self._idle: list[tuple[Any, float]] = []
@@ -77,7 +84,7 @@ class KeptConnections:
             connection, kept_at = self._idle.pop()
         if time.monotonic() - kept_at < KEPT_SECONDS:
             return connection, False
-        connection.close()
+        self._to_pool(connection)
         return None, True
 
     async def take_on_loop(self) -> Any | None:
@@ -124,7 +131,7 @@ class KeptConnections:
                     waiter = loop.create_future()
                     self._waiters.append(waiter)
         for old in stale:
-            old.close()  # back to the pool, for its recycling and liveness ping
+            self._to_pool(old)  # back to the pool, for its recycling and liveness ping
         return connection, waiter
 
     def keep(self, connection: Any) -> bool:

@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
 
-from ...errors import StoreError
+from ...errors import DatabaseUrlError, RefusedValueError, StoreError
 from .urls import safe_url, secret_query
 
 logger = logging.getLogger("zerda_store.engine")
@@ -79,12 +79,12 @@ def _check_supported(url: URL) -> None:
             f"postgresql+psycopg:// URL ({POSTGRES_EXTRA})"
         )
     if backend == "sqlite" and url.database in (None, "", ":memory:"):
-        raise StoreError(
+        raise DatabaseUrlError(
             "an in-memory SQLite database is not supported (each connection would see its "
             "own empty database): use a file, e.g. sqlite:///memory.db in a temporary folder"
         )
     if backend not in ("sqlite", "postgresql"):
-        raise StoreError(
+        raise DatabaseUrlError(
             f"unsupported database {backend!r}: zerda_store runs on SQLite and Postgres"
         )
     if backend == "sqlite" and sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
@@ -280,7 +280,7 @@ def _milliseconds(seconds: float) -> int:
 def checked_schema(schema: str) -> str:
     """``schema`` if it is a plain lower-case Postgres identifier, else a ValueError."""
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
-        raise ValueError(
+        raise RefusedValueError(
             f"schema must be a lower-case Postgres identifier (letters, digits, _), got {schema!r}"
         )
     return schema

@@ -22,7 +22,7 @@ from urllib.parse import quote, quote_plus
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from ...errors import StoreError
+from ...errors import DatabaseUrlError
 
 MASK = "***"
 DEFAULT_DATABASE_URL = "sqlite:///zerda_store.db"
@@ -222,7 +222,7 @@ def resolve_url(database_url: str | URL | None = None) -> URL:
         url = parse_url(raw) if isinstance(raw, str) else raw
         url.port  # noqa: B018  (a port that is not a number is found here, not later)
     except (ArgumentError, ValueError):
-        raise StoreError(
+        raise DatabaseUrlError(
             "could not parse the database URL; expected e.g. sqlite:///file.db "
             "or postgresql://user@host/dbname"
         ) from None

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import IdentifierPreparer
 
-from ...errors import PermissionDeniedError, StoreError
+from ...errors import PermissionDeniedError, RefusedValueError, StoreError
 from ..execution.failures import database_error, is_permission_denied
 from ..schema import metadata
 from ..store import Store
@@ -183,9 +183,9 @@ def _refuse_misuse(store: Store, service: str | None, inspector: str | None) -> 
             "`db grant` is for Postgres (on SQLite, the file's permissions decide who reads it)"
         )
     if service is None and inspector is None:
-        raise ValueError("name a role to grant to: --service ROLE, --inspector ROLE or both")
+        raise RefusedValueError("name a role to grant to: --service ROLE, --inspector ROLE or both")
     if service is not None and service == inspector:
-        raise ValueError(
+        raise RefusedValueError(
             f"{service!r} cannot be both the service and the inspector: an inspector never "
             "writes; give them two roles"
         )
