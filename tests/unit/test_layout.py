@@ -67,8 +67,9 @@ def test_the_identity_errors_are_store_errors_importable_from_errors(name):
     assert issubclass(error, ValueError)
 
 
-def test_migrate_at_the_root_is_the_migrations_module():
-    from zerda_store.db.migration import migrate
+def test_migrate_at_the_root_is_the_face_of_the_schema_operations():
+    from zerda_store.db.migration import migrate as migrations
 
-    assert zerda_store.migrate is migrate
-    assert callable(migrate.upgrade)
+    assert zerda_store.migrate.__name__ == "zerda_store.migrate"
+    assert zerda_store.migrate.upgrade is migrations.upgrade
+    assert set(zerda_store.migrate.__all__) <= set(dir(zerda_store.migrate))
