@@ -23,6 +23,7 @@ from zerda_store import (
     StoreError,
 )
 from zerda_store.db.aio import loop_writes
+from zerda_store.db.aio.psycopg_internals import LoopPipeline
 from zerda_store.db.execution.driver import compile_statement
 from zerda_store.db.execution.pipeline import write_pipelined
 from zerda_store.db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
@@ -147,13 +148,13 @@ def test_a_cancelled_save_sent_nothing_or_stored_its_turn(
     with Store(postgres_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
         memory.save_context({"input": "Sarah Chen called"}, {"output": "ok"})
-        answers = loop_writes._Sending.answers
+        answers = LoopPipeline.answers
 
-        async def slow_answers(self: Any, parts: Any) -> Any:
+        async def slow_answers(self: LoopPipeline) -> None:
             await asyncio.sleep(0.5)
-            return await answers(self, parts)
+            await answers(self)
 
-        monkeypatch.setattr(loop_writes._Sending, "answers", slow_answers)
+        monkeypatch.setattr(LoopPipeline, "answers", slow_answers)
 
         async def cancelled() -> None:
             memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store)
