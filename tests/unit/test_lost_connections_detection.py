@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from zerda_store.db.execution.unit_of_work import _is_lost
+from zerda_store.db.execution.failures import is_connection_lost
 
 
 class _Dialect:
@@ -26,4 +26,4 @@ class _Dialect:
 )
 def test_a_connection_is_lost_by_message_or_by_its_own_state(message, state, lost):
     connection = SimpleNamespace(**state)
-    assert _is_lost(_Dialect(), Exception(message), connection, None) is lost
+    assert is_connection_lost(_Dialect(), Exception(message), connection, None) is lost

@@ -72,9 +72,7 @@ async def execute(driver_connection: Any, cursor: Any, sql: str, parameters: Any
     """Run ``sql`` on ``cursor`` (of ``driver_connection``), its waits on the socket
     awaited on the event loop; its rows are then on the cursor."""
     execution = cursor._execute_gen(sql, parameters)
-    await _psycopg().wait_async(
-        execution, driver_connection.pgconn.socket, interval=WAIT_INTERVAL
-    )
+    await _psycopg().wait_async(execution, driver_connection.pgconn.socket, interval=WAIT_INTERVAL)
 
 
 class LoopPipeline:
