@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import AsyncKeywordLLM
+from tests.doubles import AsyncKeywordLLM, CountedThreads
 from zerda_store import (
     CancelledAfterCommitError,
     ConversationEntityMemory,
@@ -57,22 +56,6 @@ def probe(postgres_url: str) -> Store:
         connection.commit()
     _backend_pid(store)
     return store
-
-
-class CountedThreads:
-    """Counts the units of work handed to the store's database threads."""
-
-    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        for name in ("aread", "awrite", "awrite_in_one_trip"):
-            monkeypatch.setattr(store, name, self._counted(getattr(store, name)))
-
-    def _counted(self, method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return await method(*args, **kwargs)
-
-        return counted
 
 
 def test_an_async_turn_reaches_no_database_thread(
