@@ -92,13 +92,16 @@ class LoopPipeline:
         self._wait(self._pipeline._enter_gen())
 
     def queue(self, cursor: Any, sql: str, parameters: Any) -> None:
-        """Send ``sql`` on ``cursor`` as part of the pipeline (its answer comes later)."""
+        """Send ``sql`` on ``cursor`` as part of the pipeline (its answer comes later).
+        Like :meth:`send_sync`, it reads the answers already come back, so it may raise
+        the server's first error already."""
         self._wait(cursor._execute_gen(sql, parameters))
 
     def send_sync(self) -> None:
         """Queue the sync (the commit of the pipeline's implicit transaction) and hand
         everything queued to the socket, including what libpq still holds (a large turn:
-        the socket took part of it). Only a socket whose buffer is full waits."""
+        the socket took part of it). Only a socket whose buffer is full waits. May raise
+        the server's first error, when its answer came back while sending."""
         self._pipeline._enqueue_sync()
         self._wait(self._pipeline._communicate_gen())
         self._wait(_psycopg().send(self._connection.pgconn))
