@@ -1,6 +1,7 @@
-"""Test doubles, driver hooks and fixtures shared by the suites: the stand-in models, the
-Postgres database helper, and the ``refused_port`` and ``logs`` fixtures (registered for
-every suite by tests/conftest.py)."""
+"""Test doubles, driver hooks and fixtures shared by the suites: the stand-in models and
+extractors, a clock, the counter of the store's database threads, driver hooks, fakes of the
+memory's parts, the Postgres database helper, and the ``refused_port``, ``logs`` and
+``clock`` fixtures (registered for every suite by tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,22 @@ import re
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
 
+from zerda_store.extraction import ExtractedEntity
 from zerda_store.model.records import Mention, NewTurn, SessionStats
+
+if TYPE_CHECKING:
+    from zerda_store import Store
+
+
+# -- stand-in models (an LLM: ``generate``, and ``agenerate`` when async) -------------------
 
 
 class KeywordLLM:
@@ -121,6 +130,227 @@ class OutageLLM(KeywordLLM):
         if self.down:
             raise TimeoutError("LLM did not answer in 30 s")
         return super().generate(prompt, max_tokens)
+
+
+class ThreadRecordingLLM(KeywordLLM):
+    """A sync keyword LLM that records the threads it ran on (``threads``)."""
+
+    def __init__(self, vocabulary: Iterable[str]) -> None:
+        super().__init__(vocabulary)
+        self.threads: set[str] = set()
+
+    def generate(self, prompt: str, max_tokens: int = 256) -> str:
+        self.threads.add(threading.current_thread().name)
+        return super().generate(prompt, max_tokens)
+
+
+class AsyncOnlyLLM:
+    """An async LLM with a fixed answer that keeps the prompts it is awaited with
+    (``prompts``); a sync call fails the test."""
+
+    def __init__(self, answer: str = "Sarah, Acme Corp, x") -> None:
+        self.answer = answer
+        self.prompts: list[str] = []
+
+    def generate(self, prompt: str, max_tokens: int = 100) -> str:
+        raise AssertionError("the async path must not call generate")
+
+    async def agenerate(self, prompt: str, max_tokens: int = 100) -> str:
+        self.prompts.append(prompt)
+        return self.answer
+
+
+class CanonicalLLM:
+    """Wraps a keyword LLM and answers each name by its ``canonical`` form (the entity's
+    first-seen spelling), each once."""
+
+    def __init__(self, llm: KeywordLLM, canonical: Mapping[str, str]) -> None:
+        self.llm = llm
+        self.canonical = canonical
+
+    def generate(self, prompt: str, max_tokens: int = 256) -> str:
+        answer = self.llm.generate(prompt, max_tokens).split(", ")
+        names = [self.canonical.get(n, n) for n in answer]
+        return ", ".join(dict.fromkeys(n for n in names if n))
+
+
+# -- stand-in extractors (an extraction service: ``name`` and ``extract(text)``) ----------
+
+
+class NamesExtractor:
+    """Extracts the given names whatever the text says; counts its calls (``calls``)."""
+
+    name = "names"
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.calls = 0
+
+    def extract(self, text: str) -> list[str]:
+        self.calls += 1
+        return list(self.names)
+
+
+class VocabularyExtractor:
+    """Extracts the known names that occur in the text, in order of first occurrence."""
+
+    name = "vocabulary"
+
+    def __init__(self, vocabulary: Sequence[str]) -> None:
+        self.vocabulary = tuple(vocabulary)
+
+    def extract(self, text: str) -> list[str]:
+        found = [(text.find(name), name) for name in self.vocabulary if name in text]
+        return [name for _, name in sorted(found)]
+
+
+class LongestNames:
+    """Extracts the known names in the text, in order, a name inside a longer one ("Sarah
+    Chen" in "Dr. Sarah Chen") not on its own."""
+
+    name = "longest-names"
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+
+    def extract(self, text: str) -> list[str]:
+        found = [name for name in self.names if name in text]
+        whole = [
+            name for name in found if not any(name != other and name in other for other in found)
+        ]
+        return sorted(whole, key=text.find)
+
+
+class ListedNames:
+    """Extracts the names a turn's text lists first, as ``"Ada, Bo | the rest"``."""
+
+    name = "listed"
+
+    def extract(self, text: str) -> list[str]:
+        return text.split(" | ", 1)[0].split(", ")
+
+
+class TypedNames:
+    """Extracts the names and types a turn's text lists first, as ``"Sarah/PERSON, Acme/ORG
+    | the rest"`` (a name without a type is ``unknown``)."""
+
+    name = "typed"
+
+    def extract(self, text: str) -> list[ExtractedEntity]:
+        head = text.split(" | ", 1)[0]
+        found = []
+        for part in head.split(", "):
+            name, _, kind = part.partition("/")
+            found.append(ExtractedEntity(name, kind or "unknown"))
+        return found
+
+
+class TypedExtractor:
+    """Extracts the known names (case-sensitive) with their types, in order of first
+    occurrence; raises while ``down`` is set, like a provider during an outage."""
+
+    def __init__(self, types_by_name: Mapping[str, str], *, name: str = "typed") -> None:
+        self.types_by_name = dict(types_by_name)
+        self.name = name
+        self.down = False
+
+    def extract(self, text: str) -> list[tuple[str, str]]:
+        if self.down:
+            raise TimeoutError("extraction did not answer in 30 s")
+        found = sorted((text.find(name), name) for name in self.types_by_name if name in text)
+        return [(name, self.types_by_name[name]) for _, name in found]
+
+
+class AnswerExtractor:
+    """Gives the same answer, as it is, for every text (names, pairs, or anything odd)."""
+
+    def __init__(self, answer: Any, name: str = "answer") -> None:
+        self.answer = answer
+        self.name = name
+
+    def extract(self, text: str) -> Any:
+        return self.answer
+
+
+class ScriptedExtractor:
+    """Gives the next prepared answer on each call."""
+
+    name = "scripted"
+
+    def __init__(self, answers: Iterable[Any]) -> None:
+        self.answers = list(answers)
+
+    def extract(self, text: str) -> Any:
+        return self.answers.pop(0)
+
+
+class RaisingExtractor:
+    """Raises ``error`` for every text."""
+
+    name = "raising"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def extract(self, text: str) -> list[str]:
+        raise self.error
+
+
+def stanza_document(*entities: tuple[str, str]) -> SimpleNamespace:
+    """What a stanza pipeline returns for a text: its ``ents``, each a ``text`` and a
+    ``type``."""
+    return SimpleNamespace(
+        ents=[SimpleNamespace(text=text, type=type_) for text, type_ in entities]
+    )
+
+
+# -- clocks, the store's threads, the driver ------------------------------------------------
+
+
+class Clock:
+    """An injectable clock: epoch seconds that move only when told (``now``)."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CountedThreads:
+    """Counts the units of work a store hands to its database threads: ``reads``,
+    ``writes``, and ``calls`` (both)."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads = 0
+        self.writes = 0
+        for name, kind in (
+            ("aread", "reads"),
+            ("awrite", "writes"),
+            ("awrite_in_one_trip", "writes"),
+        ):
+            monkeypatch.setattr(store, name, self._counted(getattr(store, name), kind))
+
+    @property
+    def calls(self) -> int:
+        return self.reads + self.writes
+
+    def _counted(
+        self, method: Callable[..., Awaitable[Any]], kind: str
+    ) -> Callable[..., Awaitable[Any]]:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            setattr(self, kind, getattr(self, kind) + 1)
+            return await method(*args, **kwargs)
+
+        return counted
+
+
+class DisconnectMessageDialect:
+    """A dialect that tells a lost connection by its error's message only, as SQLAlchemy's
+    dialects do (``is_disconnect``)."""
+
+    def is_disconnect(self, error: BaseException, connection: Any, cursor: Any) -> bool:
+        return "server closed the connection" in str(error)
 
 
 @contextmanager

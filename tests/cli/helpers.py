@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
-from tests.doubles import BrokenLLM, KeywordLLM
+from tests.doubles import BrokenLLM, KeywordLLM, TypedExtractor
 from zerda_store import ConversationEntityMemory
 from zerda_store.cli import main
 from zerda_store.db.connections.urls import DATABASE_URL_ENV
@@ -60,16 +60,6 @@ GLOBEX_ENTITIES = ["Omar Haddad", "Globex", "أحمد", "Sarah Chen"]
 Maker = Callable[..., ConversationEntityMemory]
 
 
-class TypedExtractor:
-    """An extraction service object that knows each name's type."""
-
-    name = "typed"
-
-    def extract(self, text: str) -> list[tuple[str, str]]:
-        found = sorted((text.find(n), n) for n in TYPES if n in text)
-        return [(n, TYPES[n]) for _, n in found]
-
-
 def url_maker(url: str) -> Maker:
     """A memory factory on ``url`` (the caller closes what it makes)."""
 
@@ -84,7 +74,7 @@ def populate(make: Maker, *, suffix: str = "") -> None:
     """Write the sessions "acme", "globex" and "quiet" (each name + ``suffix``)."""
     acme = make(KeywordLLM(VOCABULARY), session_id="acme" + suffix)
     broken = make(BrokenLLM(), session_id="acme" + suffix)
-    typed = make(extractor=TypedExtractor(), session_id="globex" + suffix)
+    typed = make(extractor=TypedExtractor(TYPES), session_id="globex" + suffix)
     quiet = make(KeywordLLM(VOCABULARY), session_id="quiet" + suffix)
     try:
         for user, assistant in ACME_TURNS:

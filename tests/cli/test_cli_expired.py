@@ -12,34 +12,14 @@ from typing import Any
 import pytest
 
 from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
-from zerda_store.extraction import ExtractedEntity
+from tests.doubles import Clock, TypedNames
 
 DAY = 86_400.0
 OLD = 1_000_000.0
 
 
-class Typed:
-    """An extractor for inputs like ``"Sarah/PERSON, Acme/ORG | text"``."""
-
-    name = "typed"
-
-    def extract(self, text: str) -> list[ExtractedEntity]:
-        head = text.split(" | ", 1)[0]
-        return [ExtractedEntity(*([*part.split("/"), "unknown"])[:2]) for part in head.split(", ")]
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def memory(make_memory, session_id: str, now: float):
-    made = make_memory(extractor=Typed(), session_id=session_id)
-    made._now = Clock(now)
-    return made
+    return make_memory(extractor=TypedNames(), session_id=session_id, clock=Clock(now))
 
 
 def save(memory, names: str, text: str) -> None:
@@ -58,7 +38,7 @@ def exported(url: str, session_id: str, *extra: str) -> tuple[dict[str, int], st
 
 
 def api(make_memory, session_id: str) -> Any:
-    return make_memory(extractor=Typed(), session_id=session_id)
+    return make_memory(extractor=TypedNames(), session_id=session_id)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 
 import zerda_store
 from tests.cli.helpers import json_of, one_line_error, populate, succeeded, url_maker, usage_error
+from tests.doubles import NamesExtractor
 from tests.passwords import (
     WRONG,
     Form,
@@ -21,7 +22,6 @@ from tests.passwords import (
     table_locked,
     unusable_urls,
 )
-from tests.reliability.helpers import NamesExtractor
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.cli import main
 from zerda_store.db.connections.urls import DATABASE_URL_ENV

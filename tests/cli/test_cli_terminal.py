@@ -11,6 +11,7 @@ import re
 import pytest
 
 from tests.cli.helpers import invoke, json_of, succeeded
+from tests.doubles import TypedExtractor
 
 # What a terminal acts on: a CSI colour, an OSC window title ended by BEL, a clear screen,
 # BEL, CR, backspace, DEL, the one-byte C1 CSI and NEL, and every bidi embedding, override
@@ -49,19 +50,10 @@ def shown(text: str) -> str:
     return "".join(ESCAPES.get(char, char) for char in text)
 
 
-class HostileExtractor:
-    """Finds one name, with its type, in every turn that mentions it."""
-
-    name = "hostile"
-
-    def extract(self, text: str) -> list[tuple[str, str]]:
-        return [(NAME, TYPE)] if NAME in text else []
-
-
 @pytest.fixture
 def hostile(database_url, make_memory) -> str:
     """A database whose one session id, entity name, type and snippet carry controls."""
-    memory = make_memory(extractor=HostileExtractor(), session_id=SESSION)
+    memory = make_memory(extractor=TypedExtractor({NAME: TYPE}, name="hostile"), session_id=SESSION)
     memory.save_context({"input": SNIPPET_INPUT}, {"output": "noted"})
     return database_url
 

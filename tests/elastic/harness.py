@@ -32,6 +32,7 @@ from typing import ParamSpec, TypeVar
 
 import sqlalchemy as sa
 
+from tests.doubles import NamesExtractor
 from tests.elastic.cluster import Cluster, ClusterError, cluster, rows
 from zerda_store import ConversationEntityMemory, Store, migrate
 from zerda_store.db.citus import distribution, nodes
@@ -43,15 +44,6 @@ SLOW_CALL = 1.0
 P = ParamSpec("P")
 T = TypeVar("T")
 SHARD_TABLE = re.compile(rf"^({'|'.join(distribution.DISTRIBUTED_TABLES)})_\d+$")
-
-
-class Names:
-    """Extracts the same two names from every turn."""
-
-    name = "names"
-
-    def extract(self, text: str) -> list[str]:
-        return list(NAMES)
 
 
 @dataclass
@@ -74,7 +66,7 @@ class Writer:
     def run(self, store: Store, stop: threading.Event) -> None:
         memories = [
             ConversationEntityMemory(
-                extractor=Names(), store=store, session_id=f"w{self.number}-s{n}"
+                extractor=NamesExtractor(NAMES), store=store, session_id=f"w{self.number}-s{n}"
             )
             for n in range(self.sessions)
         ]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from tests.doubles import NamesExtractor
 from tests.failover.cluster import Cluster, ClusterError, formation
 from zerda_store import ConversationEntityMemory, Store, migrate
 from zerda_store.db.schema import contexts, extractions, turns
@@ -50,15 +51,6 @@ class RetryCount(logging.Handler):
 RETRIES = RetryCount()
 
 
-class Names:
-    """Extracts the same two names from every turn."""
-
-    name = "names"
-
-    def extract(self, text: str) -> list[str]:
-        return list(NAMES)
-
-
 @dataclass
 class Writer:
     """One writer's acknowledged turns (key, when) and the errors it retried after."""
@@ -74,7 +66,7 @@ class Writer:
 
     def run(self, store: Store, stop: threading.Event) -> None:
         memory = ConversationEntityMemory(
-            extractor=Names(), store=store, session_id=self.session_id
+            extractor=NamesExtractor(NAMES), store=store, session_id=self.session_id
         )
         try:
             turn = 0

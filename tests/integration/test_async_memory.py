@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 import sqlalchemy as sa
 
-from tests.doubles import AsyncKeywordLLM, KeywordLLM, direct_url
+from tests.doubles import AsyncKeywordLLM, KeywordLLM, ThreadRecordingLLM, direct_url
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.turns.attachment import Attachment
 from zerda_store.turns.repository import Repository
@@ -22,18 +22,6 @@ from zerda_store.turns.repository import Repository
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
 
 pytestmark = pytest.mark.asyncio
-
-
-class ThreadRecordingLLM(KeywordLLM):
-    """A sync LLM that records the threads it ran on."""
-
-    def __init__(self) -> None:
-        super().__init__(NAMES)
-        self.threads: set[str] = set()
-
-    def generate(self, prompt: str, max_tokens: int = 256) -> str:
-        self.threads.add(threading.current_thread().name)
-        return super().generate(prompt, max_tokens)
 
 
 @pytest_asyncio.fixture
@@ -126,7 +114,7 @@ async def test_an_async_llm_is_awaited_on_the_event_loop(store: Store) -> None:
 
 
 async def test_a_sync_llm_runs_on_the_stores_own_threads(store: Store) -> None:
-    llm = ThreadRecordingLLM()
+    llm = ThreadRecordingLLM(NAMES)
     memory = ConversationEntityMemory(llm, store=store, session_id="threads")
     await memory.asave_context({"input": "Sarah"}, {"output": "ok"})
     await memory.aload_memory_variables({"input": "Sarah"})

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import KeywordLLM
+from tests.doubles import Clock, KeywordLLM
 from zerda_store import (
     ConversationEntityMemory,
     DatabaseUnavailableError,
@@ -25,14 +25,6 @@ from zerda_store.db.execution.unit_of_work import Transaction
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
 
 pytestmark = pytest.mark.asyncio
-
-
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _rows(database_url: str, sql: str) -> list[Any]:
@@ -115,8 +107,7 @@ async def test_the_async_pool_gets_the_session_settings(postgres_url: str) -> No
 async def test_async_saves_record_when_each_snippet_was_made(store_url: str) -> None:
     clock = Clock()
     async with Store(store_url) as store:
-        memory = ConversationEntityMemory(KeywordLLM(NAMES), store=store)
-        memory._now = clock  # type: ignore[method-assign]
+        memory = ConversationEntityMemory(KeywordLLM(NAMES), store=store, clock=clock)
         await memory.asave_context({"input": "Sarah met Omar"}, {"output": "ok"})
         clock.now += 10
         await memory.asave_context({"input": "Sarah again"}, {"output": "ok"})
@@ -134,8 +125,9 @@ async def test_async_reads_hide_what_a_policy_expired_as_the_sync_reads_do(
 ) -> None:
     clock = Clock()
     async with Store(database_url) as store:
-        memory = ConversationEntityMemory(KeywordLLM(NAMES), store=store, session_id="r")
-        memory._now = clock  # type: ignore[method-assign]
+        memory = ConversationEntityMemory(
+            KeywordLLM(NAMES), store=store, session_id="r", clock=clock
+        )
         await memory.asave_context({"input": "Omar in Berlin"}, {"output": "ok"})
         clock.now += 100
         for n in range(3):

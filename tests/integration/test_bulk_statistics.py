@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tests.doubles import ListedNames
 from zerda_store import AdminRepository, ConversationEntityMemory, Store
 from zerda_store.db import statistics
 from zerda_store.db.schema import metadata
@@ -17,13 +18,6 @@ from zerda_store.db.schema import metadata
 pytestmark = pytest.mark.postgres
 
 BULK = statistics.BULK_ROWS
-
-
-class ListedNames:
-    name = "listed"
-
-    def extract(self, text: str) -> list[str]:
-        return text.split(" | ", 1)[0].split(", ")
 
 
 def _pairs(first: int, count: int) -> list[tuple[dict[str, str], dict[str, str]]]:

@@ -12,7 +12,15 @@ import pytest
 import sqlalchemy as sa
 from zerda.memory import ConversationEntityMemory as Original
 
-from tests.doubles import BrokenLLM, FixedLLM, KeywordLLM, RecordingLLM, direct_url, say
+from tests.doubles import (
+    BrokenLLM,
+    FixedLLM,
+    KeywordLLM,
+    RecordingLLM,
+    ScriptedExtractor,
+    direct_url,
+    say,
+)
 from zerda_store import (
     ConversationEntityMemory,
     DatabaseUnavailableError,
@@ -22,18 +30,6 @@ from zerda_store import (
 )
 
 ORIGINAL_PROMPT = Original().entity_extraction_prompt
-
-
-class ScriptedExtractor:
-    """An extraction service that gives the next prepared answer on each call."""
-
-    name = "scripted"
-
-    def __init__(self, answers):
-        self.answers = list(answers)
-
-    def extract(self, text):
-        return self.answers.pop(0)
 
 
 def recall(memory, text):

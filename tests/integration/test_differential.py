@@ -11,7 +11,7 @@ from pathlib import Path
 
 from zerda.memory import ConversationEntityMemory as Original
 
-from tests.doubles import FixedLLM, KeywordLLM
+from tests.doubles import CanonicalLLM, FixedLLM
 from tests.integration.oracle import (
     CONVERSATIONS,
     ENGLISH,
@@ -149,23 +149,12 @@ CANONICAL = {
 }
 
 
-class CanonicalLLM:
-    """The keyword model with every name replaced by its entity's first-seen form, once."""
-
-    def __init__(self, llm: KeywordLLM) -> None:
-        self.llm = llm
-
-    def generate(self, prompt: str, max_tokens: int = 256) -> str:
-        names = [CANONICAL.get(n, n) for n in self.llm.generate(prompt, max_tokens).split(", ")]
-        return ", ".join(dict.fromkeys(n for n in names if n))
-
-
 def test_normalized_names_give_the_state_of_the_original_fed_one_form_per_entity(make_memory):
     memory = make_memory(NORMALIZED.llm())
     play(memory, NORMALIZED)
     ours = without_times(snapshot(memory, NORMALIZED))
 
-    original = Original(llm=CanonicalLLM(NORMALIZED.llm()))
+    original = Original(llm=CanonicalLLM(NORMALIZED.llm(), CANONICAL))
     play(original, NORMALIZED)
     lookups = {n: original.get_entity_info(CANONICAL.get(n, n)) for n in NORMALIZED.lookups}
     lookups["strauss"] = original.get_entity_info("Strauß")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.doubles import FixedLLM, KeywordLLM, query, say
+from tests.doubles import FixedLLM, KeywordLLM, TypedExtractor, query, say
 
 OVERVIEW_COLUMNS = [
     "session_id",
@@ -16,23 +16,6 @@ OVERVIEW_COLUMNS = [
     "last_seen",
     "last_context",
 ]
-
-
-class OutageExtractor:
-    """Finds the known names (case-sensitive) with their types, in order of first
-    occurrence; raises while ``down`` is set, like a provider during an outage."""
-
-    name = "typed"
-
-    def __init__(self, types_by_name: dict[str, str]) -> None:
-        self.types_by_name = types_by_name
-        self.down = False
-
-    def extract(self, text: str) -> list[tuple[str, str]]:
-        if self.down:
-            raise TimeoutError("extraction did not answer in 30 s")
-        found = sorted((text.find(name), name) for name in self.types_by_name if name in text)
-        return [(name, self.types_by_name[name]) for _, name in found]
 
 
 def overview(database_url: str, session_id: str = "default"):
@@ -55,7 +38,7 @@ def snippets(database_url: str, session_id: str = "default") -> list[tuple[Any, 
 def test_entity_overview_has_exactly_its_columns_and_the_right_values(
     make_memory, database_url, clock
 ):
-    extractor = OutageExtractor({"Sarah": "PERSON", "Acme Corp": "ORG"})
+    extractor = TypedExtractor({"Sarah": "PERSON", "Acme Corp": "ORG"})
     memory = make_memory(extractor=extractor, clock=clock)
     other = make_memory(extractor=extractor, session_id="other", clock=clock)
     say(memory, "Sarah joined Acme Corp", "first")  # at 1000
@@ -96,7 +79,7 @@ def test_entity_overview_last_context_is_a_note_added_to_the_entity(
 def test_entity_overview_keeps_the_latest_snippet_after_an_older_turn_is_repaired(
     make_memory, database_url, clock
 ):
-    extractor = OutageExtractor({"Sarah": "PERSON", "Omar": "PERSON"})
+    extractor = TypedExtractor({"Sarah": "PERSON", "Omar": "PERSON"})
     memory = make_memory(extractor=extractor, clock=clock)
     extractor.down = True
     say(memory, "Sarah and Omar met", "old")  # at 1000, extraction fails

@@ -11,8 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, json_of, succeeded
-from tests.doubles import new_postgres_database
-from tests.reliability.helpers import NamesExtractor
+from tests.doubles import NamesExtractor, new_postgres_database
 from zerda_store import ConversationEntityMemory, Store, migrate
 
 pytestmark = pytest.mark.postgres

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import driver_calls
+from tests.doubles import ListedNames, driver_calls
 from zerda_store import ConversationEntityMemory
 from zerda_store.admin import AdminRepository
 
@@ -26,15 +26,6 @@ HOT = "Hot Account"
 OTHERS = [f"Contact {n:03d}" for n in range(199)]
 TURNS = 2_000
 NAMES_PER_TURN = 10
-
-
-class ListedNames:
-    """An extractor for turns whose input is the names they mention, then `` | ``."""
-
-    name = "listed"
-
-    def extract(self, text: str) -> list[str]:
-        return text.split(" | ", 1)[0].split(", ")
 
 
 def _pairs() -> list[tuple[dict[str, str], dict[str, str]]]:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import driver_calls
+from tests.doubles import ListedNames, driver_calls
 from zerda_store import ConversationEntityMemory
 from zerda_store.db import statistics
 from zerda_store.db.schema import metadata
@@ -35,15 +35,6 @@ NEWEST_BY_RECENCY = {
     "ix_contexts_session_id_entity_id_turn_seq_id",
     "ix_contexts_entity_id_turn_seq_id",
 }
-
-
-class ListedNames:
-    """An extractor for turns whose input is the names they mention, then `` | ``."""
-
-    name = "listed"
-
-    def extract(self, text: str) -> list[str]:
-        return text.split(" | ", 1)[0].split(", ")
 
 
 def _pair(turn: int) -> tuple[dict[str, str], dict[str, str]]:

@@ -12,37 +12,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tests.doubles import Clock, TypedNames
 from zerda_store import Store
 from zerda_store.admin import AdminRepository
-from zerda_store.extraction import ExtractedEntity
 from zerda_store.retention.pruning import Pruner
 from zerda_store.retention.sweeper import start_sweeper
 
 DAY = 86_400.0
-
-
-class Clock:
-    """An injectable clock: epoch seconds that move only when told."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Typed:
-    """An extractor for inputs like ``"Sarah/PERSON, Acme/ORG | text"``."""
-
-    name = "typed"
-
-    def extract(self, text: str) -> list[ExtractedEntity]:
-        head = text.split(" | ", 1)[0]
-        found = []
-        for part in head.split(", "):
-            name, _, kind = part.partition("/")
-            found.append(ExtractedEntity(name, kind or "unknown"))
-        return found
 
 
 @pytest.fixture
@@ -52,9 +28,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def memory(make_memory, clock):
-    made = make_memory(extractor=Typed(), session_id="s1")
-    made._now = clock
-    return made
+    return make_memory(extractor=TypedNames(), session_id="s1", clock=clock)
 
 
 def save(memory, names: str, text: str) -> None:
@@ -155,10 +129,9 @@ def test_an_idle_session_expires_whole_and_a_new_save_starts_afresh(memory, cloc
 
 @pytest.mark.fans_out
 def test_the_default_policy_applies_to_sessions_without_their_own(make_memory, clock, database_url):
-    first = make_memory(extractor=Typed(), session_id="a")
-    own = make_memory(extractor=Typed(), session_id="b")
+    first = make_memory(extractor=TypedNames(), session_id="a", clock=clock)
+    own = make_memory(extractor=TypedNames(), session_id="b", clock=clock)
     for memory in (first, own):
-        memory._now = clock
         for n in range(3):
             save(memory, "Sarah/PERSON", f"n{n}")
     own.set_retention(keep_last=2)
@@ -272,11 +245,9 @@ def test_forget_and_prune_leave_no_ledger_error_naming_the_erased_data(
         def extract(self, text: str) -> list[str]:
             raise RuntimeError(f"model refused: {text}")
 
-    broken = make_memory(extractor=Failing(), session_id="s1")
-    broken._now = clock
+    broken = make_memory(extractor=Failing(), session_id="s1", clock=clock)
     broken.save_context({"input": "Sarah Connor called"}, {"output": "ok"})
-    memory = make_memory(extractor=Typed(), session_id="s1")
-    memory._now = clock
+    memory = make_memory(extractor=TypedNames(), session_id="s1", clock=clock)
     save(memory, "Sarah Connor/PERSON", "again")
 
     memory.forget_entity("Sarah Connor")

@@ -15,6 +15,7 @@ import pytest
 from psycopg import pq
 from sqlalchemy import event
 
+from tests.doubles import LongestNames
 from zerda_store import ConversationEntityMemory, Store
 
 pytestmark = pytest.mark.postgres
@@ -23,20 +24,6 @@ NAMES = [
     *["Sarah Chen", "Dr. Sarah Chen", "Omar Haddad", "Dr. Lina Nasser", "Lina Nasser", "Karim"],
     *["Acme Corp", "Acme Inc."],
 ]
-
-
-class LongestNames:
-    """Extracts the names of ``NAMES`` in the text, in order, a name inside a longer one
-    ("Sarah Chen" in "Dr. Sarah Chen") not on its own."""
-
-    name = "longest-names"
-
-    def extract(self, text: str) -> list[str]:
-        found = [name for name in NAMES if name in text]
-        whole = [
-            name for name in found if not any(name != other and name in other for other in found)
-        ]
-        return sorted(whole, key=text.find)
 
 
 class ProtocolTrace:
@@ -85,7 +72,9 @@ def round_trips(trace: str) -> int:
 @pytest.fixture
 def traced(postgres_url: str) -> Iterator[tuple[ConversationEntityMemory, ProtocolTrace]]:
     store = Store(postgres_url)
-    memory = ConversationEntityMemory(extractor=LongestNames(), store=store, session_id="trips")
+    memory = ConversationEntityMemory(
+        extractor=LongestNames(NAMES), store=store, session_id="trips"
+    )
     trace = ProtocolTrace(store)
     # A session's first save in a process also checks and records its key rules.
     memory.save_context({"input": "Omar Haddad called."}, {"output": "Noted."})

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.reliability.helpers import VocabularyExtractor, turn_input, turn_names
+from tests.doubles import VocabularyExtractor
+from tests.reliability.helpers import VOCABULARY, turn_input, turn_names
 from zerda_store import ConversationEntityMemory
 
 READY = -1
@@ -23,7 +24,7 @@ def crash_turn(round_number: int, index: int) -> tuple[str, list[str]]:
 
 def write_until_killed(url: str, session_id: str, round_number: int, acks: Any) -> None:
     memory = ConversationEntityMemory(
-        extractor=VocabularyExtractor(), database_url=url, session_id=session_id
+        extractor=VocabularyExtractor(VOCABULARY), database_url=url, session_id=session_id
     )
     acks.send(READY)
     index = 0

@@ -1,4 +1,4 @@
-"""Shared pieces of the reliability suites: extractors, a deterministic workload, and
+"""Shared pieces of the reliability suites: a deterministic workload, and
 direct SQL reads of the tables (tests may use SQL; the library's API is what they check).
 """
 
@@ -28,31 +28,6 @@ VOCABULARY = (
     "Hana Sato",
 )
 TAG = re.compile(r"^\[(?P<tag>[^\]]+)\]")
-
-
-class NamesExtractor:
-    """Extracts the given names whatever the text says (blank text extracts nothing)."""
-
-    name = "names"
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = list(names)
-
-    def extract(self, text: str) -> list[str]:
-        return list(self.names)
-
-
-class VocabularyExtractor:
-    """Extracts the known names that occur in the text, in order of first occurrence."""
-
-    name = "vocabulary"
-
-    def __init__(self, vocabulary: Sequence[str] = VOCABULARY) -> None:
-        self.vocabulary = tuple(vocabulary)
-
-    def extract(self, text: str) -> list[str]:
-        found = [(text.find(name), name) for name in self.vocabulary if name in text]
-        return [name for _, name in sorted(found)]
 
 
 def turn_names(worker: int, index: int, per_turn: int = 3) -> list[str]:

@@ -10,13 +10,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import driver_calls
-from tests.reliability.helpers import (
-    VocabularyExtractor,
-    inspect_database,
-    row_counts,
-    table_counts,
-)
+from tests.doubles import VocabularyExtractor, driver_calls
+from tests.reliability.helpers import VOCABULARY, inspect_database, row_counts, table_counts
 from zerda_store import ConversationEntityMemory
 from zerda_store.db.schema import contexts, entities, turns
 
@@ -46,7 +41,7 @@ def failing_at(engine: sa.Engine, index: int | None) -> Iterator[list[tuple[str,
 
 @pytest.fixture
 def extractor() -> VocabularyExtractor:
-    return VocabularyExtractor()
+    return VocabularyExtractor(VOCABULARY)
 
 
 @pytest.fixture
@@ -144,7 +139,7 @@ def test_a_failure_at_any_statement_leaves_no_row_of_the_turn(
 def _forget_statement_count(
     make_memory: Callable[..., ConversationEntityMemory], with_turns: bool
 ) -> int:
-    probe = make_memory(extractor=VocabularyExtractor(), session_id=f"probe-{with_turns}")
+    probe = make_memory(extractor=VocabularyExtractor(VOCABULARY), session_id=f"probe-{with_turns}")
     _save_story(probe)
     with failing_at(probe.store.engine, None) as statements:
         probe.forget_entity("Bilal Haddad", with_turns=with_turns)

@@ -15,15 +15,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import direct_url, driver_calls
+from tests.doubles import NamesExtractor, direct_url, driver_calls
 from tests.reliability import workers
-from tests.reliability.helpers import (
-    NamesExtractor,
-    inspect_database,
-    keys_of,
-    table_counts,
-    turn_names,
-)
+from tests.reliability.helpers import inspect_database, keys_of, table_counts, turn_names
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.db.schema import entities
 from zerda_store.model.names import name_key

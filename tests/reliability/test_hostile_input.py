@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.doubles import query, say
-from tests.reliability.helpers import NamesExtractor, inspect_database, table_counts
+from tests.doubles import AnswerExtractor, NamesExtractor, RaisingExtractor, query, say
+from tests.reliability.helpers import inspect_database, table_counts
 from zerda_store import ConversationEntityMemory, DatabaseUnavailableError, Store
 from zerda_store.model.names import name_key
 
@@ -42,16 +42,6 @@ HOSTILE_INPUT = (
 )
 HOSTILE_OUTPUT = "Sure — noted: ' \" ` ; -- /* */ %% \\ \\\\ ؟ 🎉 e\u0301"
 SESSION_ID = "'; DROP TABLE entities; -- session"
-
-
-class CountingExtractor(NamesExtractor):
-    def __init__(self, names: list[str]) -> None:
-        super().__init__(names)
-        self.calls = 0
-
-    def extract(self, text: str) -> list[str]:
-        self.calls += 1
-        return super().extract(text)
 
 
 @pytest.fixture
@@ -139,7 +129,7 @@ def _calls(memory: ConversationEntityMemory, text: str) -> dict[str, Callable[[]
 def test_unstorable_text_is_a_value_error_and_nothing_is_written(
     make_memory: Callable[..., ConversationEntityMemory], database_url: str
 ) -> None:
-    extractor = CountingExtractor(["Ada"])
+    extractor = NamesExtractor(["Ada"])
     memory = make_memory(extractor=extractor)
     memory.save_context({"input": "Ada joined"}, {"output": "ok"})
     with inspect_database(database_url) as connection:
@@ -356,25 +346,6 @@ def ledger(database_url: str, session_id: str = "default") -> list[tuple[Any, ..
         " WHERE x.session_id = :s ORDER BY t.id",
         s=session_id,
     )[1]
-
-
-class RaisingExtractor:
-    name = "raising"
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-    def extract(self, text: str) -> list[str]:
-        raise self.error
-
-
-class AnswerExtractor:
-    def __init__(self, answer, name: str = "answer") -> None:
-        self.answer = answer
-        self.name = name
-
-    def extract(self, text: str):
-        return self.answer
 
 
 @pytest.mark.parametrize("bad_type", ["ORG\x00", "ORG\ud800", "\x00"])

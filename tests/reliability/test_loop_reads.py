@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import AsyncKeywordLLM
+from tests.doubles import AsyncKeywordLLM, CountedThreads
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.db.aio import loop_reads
 from zerda_store.db.execution.driver import compile_statement
@@ -30,20 +30,6 @@ def _statement(store: Store, sql: str) -> Any:
 
 def _one(store: Store, sql: str) -> OneStatement[Any]:
     return OneStatement(_statement(store, sql), {}, lambda rows: rows[0].value)
-
-
-class CountedThreads:
-    """Counts the units of work handed to the store's database threads."""
-
-    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.reads = 0
-        aread = store.aread
-
-        async def counted(work: Any, *, snapshot: bool = False) -> Any:
-            self.reads += 1
-            return await aread(work, snapshot=snapshot)
-
-        monkeypatch.setattr(store, "aread", counted)
 
 
 def test_a_turns_reads_go_from_the_event_loop_without_a_thread(

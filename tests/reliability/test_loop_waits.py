@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import zerda_store.db.connections.idle as kept_module
-from tests.doubles import AsyncKeywordLLM
+from tests.doubles import AsyncKeywordLLM, CountedThreads
 from zerda_store import ConversationEntityMemory, Store
 
 pytestmark = pytest.mark.postgres
@@ -28,31 +28,6 @@ PEOPLE = ["Sarah Chen", "Omar Haddad"]
 RECALLED = "Previous information about Sarah Chen:\nSarah Chen renewed ok"
 # A hang guard, not a measure: every wait here ends long before.
 GUARD_SECONDS = 60
-
-
-class CountedThreads:
-    """Counts the units of work handed to the store's database threads."""
-
-    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.reads = 0
-        self.writes = 0
-        aread, awrite, in_one_trip = store.aread, store.awrite, store.awrite_in_one_trip
-
-        async def counted_read(work: Any, *, snapshot: bool = False) -> Any:
-            self.reads += 1
-            return await aread(work, snapshot=snapshot)
-
-        async def counted_write(*args: Any) -> Any:
-            self.writes += 1
-            return await awrite(*args)
-
-        async def counted_one_trip(*args: Any) -> Any:
-            self.writes += 1
-            return await in_one_trip(*args)
-
-        monkeypatch.setattr(store, "aread", counted_read)
-        monkeypatch.setattr(store, "awrite", counted_write)
-        monkeypatch.setattr(store, "awrite_in_one_trip", counted_one_trip)
 
 
 def _memory(store: Store, session_id: str = "default") -> ConversationEntityMemory:

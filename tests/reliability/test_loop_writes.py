@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import AsyncKeywordLLM
+from tests.doubles import AsyncKeywordLLM, CountedThreads
 from zerda_store import (
     CancelledAfterCommitError,
     ConversationEntityMemory,
@@ -23,6 +22,7 @@ from zerda_store import (
     StoreError,
 )
 from zerda_store.db.aio import loop_writes
+from zerda_store.db.aio.psycopg_internals import LoopPipeline
 from zerda_store.db.execution.driver import compile_statement
 from zerda_store.db.execution.pipeline import write_pipelined
 from zerda_store.db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
@@ -56,22 +56,6 @@ def probe(postgres_url: str) -> Store:
         connection.commit()
     _backend_pid(store)
     return store
-
-
-class CountedThreads:
-    """Counts the units of work handed to the store's database threads."""
-
-    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        for name in ("aread", "awrite", "awrite_in_one_trip"):
-            monkeypatch.setattr(store, name, self._counted(getattr(store, name)))
-
-    def _counted(self, method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return await method(*args, **kwargs)
-
-        return counted
 
 
 def test_an_async_turn_reaches_no_database_thread(
@@ -147,13 +131,13 @@ def test_a_cancelled_save_sent_nothing_or_stored_its_turn(
     with Store(postgres_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
         memory.save_context({"input": "Sarah Chen called"}, {"output": "ok"})
-        answers = loop_writes._Sending.answers
+        answers = LoopPipeline.answers
 
-        async def slow_answers(self: Any, parts: Any) -> Any:
+        async def slow_answers(self: LoopPipeline) -> None:
             await asyncio.sleep(0.5)
-            return await answers(self, parts)
+            await answers(self)
 
-        monkeypatch.setattr(loop_writes._Sending, "answers", slow_answers)
+        monkeypatch.setattr(LoopPipeline, "answers", slow_answers)
 
         async def cancelled() -> None:
             memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store)

@@ -16,9 +16,8 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from tests.doubles import driver_calls
+from tests.doubles import NamesExtractor, driver_calls
 from tests.reliability.helpers import (
-    NamesExtractor,
     duplicated_tags,
     inspect_database,
     snippet_keys_by_turn,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from tests.doubles import NamesExtractor
 from tests.passwords import (
     WRONG,
     Form,
@@ -21,7 +22,6 @@ from tests.passwords import (
     table_locked,
     unusable_urls,
 )
-from tests.reliability.helpers import NamesExtractor
 from zerda_store import (
     CommitOutcomeUnknownError,
     ConversationEntityMemory,

@@ -26,8 +26,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, succeeded
-from tests.doubles import KeywordLLM
-from tests.reliability.helpers import VocabularyExtractor, inspect_database, table_counts
+from tests.doubles import KeywordLLM, VocabularyExtractor
+from tests.reliability.helpers import inspect_database, table_counts
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.db.connections.urls import DATABASE_URL_ENV
 from zerda_store.db.schema import contexts, entities, turns

@@ -15,7 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from tests.reliability.helpers import NamesExtractor, inspect_database, table_counts
+from tests.doubles import NamesExtractor
+from tests.reliability.helpers import inspect_database, table_counts
 from zerda_store import ConversationEntityMemory, Store, StoreError
 
 

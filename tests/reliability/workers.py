@@ -9,8 +9,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tests.doubles import direct_url
-from tests.reliability.helpers import VocabularyExtractor, turn_input, turn_names
+from tests.doubles import VocabularyExtractor, direct_url
+from tests.reliability.helpers import VOCABULARY, turn_input, turn_names
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.db.schema import contexts, turns
 
@@ -55,7 +55,10 @@ def save_turns(
     logging.getLogger("zerda_store").addHandler(retries)
     store = Store(url)
     memory = ConversationEntityMemory(
-        extractor=VocabularyExtractor(), store=store, session_id=session_id, auto_migrate=False
+        extractor=VocabularyExtractor(VOCABULARY),
+        store=store,
+        session_id=session_id,
+        auto_migrate=False,
     )
     observer = sa.create_engine(direct_url(url))
     errors: list[str] = []

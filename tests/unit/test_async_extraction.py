@@ -9,26 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.doubles import AsyncOnlyLLM
 from zerda_store.extraction import ExtractedEntity, ExtractionService, LLMExtractor
 
 pytestmark = pytest.mark.asyncio
 
 
-class AsyncLLM:
-    def __init__(self, answer: str = "Sarah, Acme Corp, x") -> None:
-        self.answer = answer
-        self.prompts: list[str] = []
-
-    def generate(self, prompt: str, max_tokens: int = 100) -> str:
-        raise AssertionError("the async path must not call generate")
-
-    async def agenerate(self, prompt: str, max_tokens: int = 100) -> str:
-        self.prompts.append(prompt)
-        return self.answer
-
-
 async def test_agenerate_is_awaited_with_the_originals_prompt_and_parsing() -> None:
-    llm = AsyncLLM()
+    llm = AsyncOnlyLLM()
     result = await ExtractionService().aextract("Sarah joined", LLMExtractor(llm, "<{text}>"))
     assert (result.status, result.names) == ("ok", ["Sarah", "Acme Corp"])
     assert llm.prompts == ["<Sarah joined>"]
@@ -59,7 +47,7 @@ async def test_a_sync_llm_runs_on_the_given_executor() -> None:
 
 
 async def test_an_async_failure_is_counted_not_raised() -> None:
-    class Failing(AsyncLLM):
+    class Failing(AsyncOnlyLLM):
         async def agenerate(self, prompt: str, max_tokens: int = 100) -> str:
             raise TimeoutError("no answer")
 
@@ -70,13 +58,13 @@ async def test_an_async_failure_is_counted_not_raised() -> None:
 
 
 async def test_blank_text_calls_no_model() -> None:
-    llm = AsyncLLM()
+    llm = AsyncOnlyLLM()
     result = await ExtractionService().aextract("  ", LLMExtractor(llm))
     assert result.status == "skipped" and llm.prompts == []
 
 
 async def test_cancellation_is_not_swallowed() -> None:
-    class Slow(AsyncLLM):
+    class Slow(AsyncOnlyLLM):
         async def agenerate(self, prompt: str, max_tokens: int = 100) -> str:
             await asyncio.sleep(5)
             return "Sarah"

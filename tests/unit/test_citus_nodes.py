@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from zerda_store.db.citus.nodes import Progress, _progress, parse_address
+from zerda_store.db.citus.nodes import Progress, parse_address
 from zerda_store.errors import RefusedValueError
 
 
@@ -31,7 +31,7 @@ def test_progress_counts_the_tasks_and_keeps_the_last_error_line() -> None:
             }
         ],
     }
-    progress = _progress(7, "running", details)
+    progress = Progress.reported(7, "running", details)
     assert progress == Progress(7, "running", 2, 6, "ERROR: could not connect")
     assert str(progress) == (
         "rebalance job 7: running, 2/6 moves; last error: ERROR: could not connect"
@@ -39,4 +39,4 @@ def test_progress_counts_the_tasks_and_keeps_the_last_error_line() -> None:
 
 
 def test_a_job_without_details_has_no_moves_yet() -> None:
-    assert str(_progress(3, "scheduled", None)) == "rebalance job 3: scheduled, 0/0 moves"
+    assert str(Progress.reported(3, "scheduled", None)) == "rebalance job 3: scheduled, 0/0 moves"

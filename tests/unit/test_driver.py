@@ -20,7 +20,7 @@ from zerda_store.db.execution.multirow import (
 )
 from zerda_store.db.execution.statements import NameList
 from zerda_store.db.schema import contexts, entities, extractions, insert_columns, turns
-from zerda_store.turns.statements import _statement_sizes
+from zerda_store.turns.statements import statement_sizes
 
 TABLES = {"turns": turns, "entities": entities, "contexts": contexts, "outcomes": extractions}
 ROW_COLUMNS = {kind: insert_columns(table) for kind, table in TABLES.items()}
@@ -160,7 +160,7 @@ def test_postgres_number_arrays_take_their_column_type() -> None:
 def test_statement_sizes_cover_every_row_with_few_distinct_sizes() -> None:
     seen: set[int] = set()
     for count in range(300):
-        sizes = _statement_sizes(count)
+        sizes = statement_sizes(count)
         seen.update(sizes)
 
         assert sum(sizes) == count

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from tests.doubles import BrokenLLM, FixedLLM, RecordingLLM
+from tests.doubles import BrokenLLM, FixedLLM, RecordingLLM, stanza_document
 from zerda_store.extraction import (
     DEFAULT_EXTRACTION_PROMPT,
     ExtractedEntity,
@@ -123,16 +123,6 @@ def test_stanza_pipeline_is_told_never_to_download_unless_asked():
     assert StanzaExtractor("ar", stanza_dir="/m").pipeline_options()["dir"] == "/m"
 
 
-class _FakeEnt:
-    def __init__(self, text: str, type_: str) -> None:
-        self.text, self.type = text, type_
-
-
-class _FakeDoc:
-    def __init__(self, ents):
-        self.ents = ents
-
-
 def test_stanza_path_builds_one_pipeline_for_concurrent_first_calls(monkeypatch):
     import sys
     import types
@@ -144,7 +134,7 @@ def test_stanza_path_builds_one_pipeline_for_concurrent_first_calls(monkeypatch)
             built.append(options)
 
         def __call__(self, text):
-            return _FakeDoc([_FakeEnt("Sarah", "PERSON"), _FakeEnt("42", "CARDINAL")])
+            return stanza_document(("Sarah", "PERSON"), ("42", "CARDINAL"))
 
     monkeypatch.setitem(sys.modules, "stanza", types.SimpleNamespace(Pipeline=Pipeline))
     extractor = StanzaExtractor("en")

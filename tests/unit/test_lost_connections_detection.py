@@ -6,12 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from zerda_store.db.execution.unit_of_work import _is_lost
-
-
-class _Dialect:
-    def is_disconnect(self, error, connection, cursor):
-        return "server closed the connection" in str(error)
+from tests.doubles import DisconnectMessageDialect
+from zerda_store.db.execution.failures import is_connection_lost
 
 
 @pytest.mark.parametrize(
@@ -26,4 +22,6 @@ class _Dialect:
 )
 def test_a_connection_is_lost_by_message_or_by_its_own_state(message, state, lost):
     connection = SimpleNamespace(**state)
-    assert _is_lost(_Dialect(), Exception(message), connection, None) is lost
+    assert (
+        is_connection_lost(DisconnectMessageDialect(), Exception(message), connection, None) is lost
+    )

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.doubles import FixedLLM
+from zerda_store.extraction import LLMExtractor
 from zerda_store.model.names import is_acceptable_name, name_key
 
 
@@ -43,7 +45,7 @@ def test_names_over_256_code_points_or_with_control_characters_are_refused():
 
 
 def test_the_llm_answer_is_split_on_the_arabic_comma_too():
-    from zerda_store.extraction import _entities_in
+    extractor = LLMExtractor(FixedLLM("أحمد، شركة النور, Acme"))
 
-    names = [entity.name for entity in _entities_in("أحمد، شركة النور, Acme", "generate")]
+    names = [entity.name for entity in extractor.extract("any text")]
     assert names == ["أحمد", "شركة النور", "Acme"]

@@ -25,7 +25,7 @@ from ..db.schema import contexts, entities, entity_aliases
 from ..identity.resolution import Resolver
 from ..identity.statements import candidates_select
 from ..model.records import Mention
-from .statements import NEWEST_FIRST, _recall_lateral, recalled_entity
+from .statements import NEWEST_FIRST, lateral_recall, recalled_entity
 
 
 class CandidateRow(NamedTuple):
@@ -125,7 +125,7 @@ def _probed_recall(found: Any, aged: bool) -> Any:
         .where(
             contexts.c.session_id == entity.c.session_id,
             contexts.c.entity_id == entity.c.id,
-            # The session as a constant too, for Citus (see statements._recall_lateral).
+            # The session as a constant too, for Citus (see statements.lateral_recall).
             contexts.c.session_id == sa.bindparam("session_id", type_=sa.String),
         )
         .order_by(*NEWEST_FIRST)
@@ -205,7 +205,7 @@ def _resolving_recall(dialect: Dialect, aged: bool, distributed: bool) -> Any:
         # Citus plans no probe fenced by OFFSET: there, one statement its router planner
         # sends whole to the session's shard (docs/citus.md).
         found = candidates_select(dialect).cte("candidates")
-        snippets = _recall_lateral(aged, _candidate_entities())
+        snippets = lateral_recall(aged, _candidate_entities())
     else:
         found = candidates_select(dialect).cte("candidates")
         keyed = entities.c.name_key.in_(sa.select(found.c.entity_key))

@@ -27,7 +27,7 @@ from ..db.execution.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, entity_aliases, extractions, insert_columns, turns
 from ..model.records import NewTurn
 from .rows import new_outcome_row, new_turn_row
-from .statements import _upsert_entities
+from .statements import entity_upsert
 
 # The entity columns that come from the mentions, one array each (in key order).
 MENTION_COLUMNS = ("name_key", "core_key", "name", "entity_type", "first_position")
@@ -111,7 +111,7 @@ def _save_statement() -> Any:
         "first_turn_id": new_turn.c.id,
     }
     entity_columns = insert_columns(entities)
-    upserted = _upsert_entities(
+    upserted = entity_upsert(
         postgresql.insert(entities).from_select(
             list(entity_columns),
             sa.select(*(entity_values[column].label(column) for column in entity_columns))

@@ -101,7 +101,7 @@ def _recall_each_key(count: int, aged: bool = False, marked: bool = False) -> An
     return sa.union_all(*parts) if len(parts) > 1 else parts[0]
 
 
-def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
+def lateral_recall(aged: bool = False, keyed: Any = None) -> Any:
     """Postgres: the session's entities keyed ``:keys`` (unique index), each joined
     LATERAL to its newest ``:limit`` snippets (the contexts index led by entity_id, read
     backwards and cut at the limit). ``aged`` adds each snippet's creation time;
@@ -138,7 +138,7 @@ def _recall_lateral(aged: bool = False, keyed: Any = None) -> Any:
 _KEY_NAMES = tuple(f"key_{i}" for i in range(RECALL_CHUNK))
 
 
-def _statement_sizes(count: int) -> list[int]:
+def statement_sizes(count: int) -> list[int]:
     """How many rows each statement of an insert of ``count`` rows carries: full
     statements, then a multiple of 8, then the rest. Few sizes, so few statements to
     compile, and at most three statements beyond the full ones."""
@@ -175,7 +175,7 @@ class PreparedInsert:
 class RowsInsert:
     """One kind of multi-row insert into ``table`` (its columns read from the schema), for
     one dialect. ``finish`` adds what the kind needs to the plain insert (RETURNING, ON
-    CONFLICT). Compiled per row count, from the few sizes :func:`_statement_sizes` gives."""
+    CONFLICT). Compiled per row count, from the few sizes :func:`statement_sizes` gives."""
 
     def __init__(
         self, dialect: Dialect, table: sa.Table, finish: Callable[[Any], Any] = lambda i: i
@@ -200,7 +200,7 @@ class RowsInsert:
             if self._arrays and count > POSTGRES_VALUES_ROWS:
                 parts = [(self._statement(ANY_ROWS), count)]
             else:
-                parts = [(self._statement(size), size) for size in _statement_sizes(count)]
+                parts = [(self._statement(size), size) for size in statement_sizes(count)]
             prepared = self._prepared[count] = PreparedInsert(parts)
         return prepared
 
@@ -244,7 +244,7 @@ class RowsInsert:
 _UNKNOWN_TYPE_LITERAL = sa.literal_column("'" + UNKNOWN_TYPE.replace("'", "''") + "'", sa.String)
 
 
-def _upsert_entities(upsert: Any) -> Any:
+def entity_upsert(upsert: Any) -> Any:
     """Entities: insert or update by key. The first sighting moves to a turn with a smaller
     id than the entity's first turn (a repaired old turn, or a concurrent writer that
     committed later); ``last_seen`` never moves back; an unknown type takes a known one."""
@@ -302,7 +302,7 @@ class TurnStatements(Statements):
         self.marked_turn = None if dialect.name == "postgresql" else self.compiled(_marked_turn())
         self.turn = RowsInsert(dialect, turns, _insert_turn_once)
         self.turns = RowsInsert(dialect, turns, lambda insert: insert.returning(turns.c.id))
-        self.entities = RowsInsert(dialect, entities, _upsert_entities)
+        self.entities = RowsInsert(dialect, entities, entity_upsert)
         self.contexts = RowsInsert(dialect, contexts)
         self.outcomes = RowsInsert(dialect, extractions)
         # Postgres: recall keys as one array.
@@ -316,7 +316,7 @@ class TurnStatements(Statements):
     def _recall_statement(self, count: int, aged: bool, marked: bool = False) -> Runnable:
         def build() -> Runnable:
             if self._arrays:
-                return self.compiled(_recall_lateral(aged))
+                return self.compiled(lateral_recall(aged))
             return self.compiled(_recall_each_key(count, aged, marked))
 
         return self.per_count((count, aged, marked), build)

@@ -6,7 +6,7 @@ A hand-off to a database thread and back is two thread wake-ups: on a 2-core mac
 it (a turn's recall, its idempotency key's check: :class:`unit_of_work.OneStatement`) is
 sent from the event loop instead, on a connection an earlier unit of work left idle:
 psycopg's own execution of the statement, its waits awaited on the loop
-(``psycopg.waiting.wait_async``), so the loop serves other requests while the server
+(:mod:`aio.psycopg_internals`), so the loop serves other requests while the server
 answers. The loop never waits for anything but the socket and a kept connection given
 back by another of its round trips (:mod:`connections.idle`): with none (the pool's checkout may open
 one) the read goes to a thread as before.
@@ -19,20 +19,16 @@ be on its way) and goes through.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ...telemetry import units
 from ..execution.driver import Runnable, kept_cursor, named_rows
 from ..execution.pipeline import closed_by_server
 from ..execution.unit_of_work import OneStatement
+from .psycopg_internals import execute, executes_on_loop
 from .unit_of_work import AsyncDatabase
 
 T = TypeVar("T")
-
-# How often (seconds) a wait looks up from the socket, as psycopg's async connection does.
-_WAIT_INTERVAL = 0.1
 
 
 async def read(store: AsyncDatabase, work: OneStatement[T]) -> T:
@@ -42,20 +38,15 @@ async def read(store: AsyncDatabase, work: OneStatement[T]) -> T:
         return work.then([])
     if store.reads_need_settings:  # in a transaction, on a thread
         return await store.aread(work)
-    wait = _wait_async()
-    connection = None if wait is None else await store.borrow_on_loop()
-    if wait is None or connection is None:
+    connection = await store.borrow_on_loop() if executes_on_loop() else None
+    if connection is None:
         return await store.aread(work)
     with units.on_loop("read"):
-        return await _read_on_loop(store, work, wait, connection, statement)
+        return await _read_on_loop(store, work, connection, statement)
 
 
 async def _read_on_loop(
-    store: AsyncDatabase,
-    work: OneStatement[T],
-    wait: Callable[..., Awaitable[Any]],
-    connection: Any,
-    statement: Any,
+    store: AsyncDatabase, work: OneStatement[T], connection: Any, statement: Any
 ) -> T:
     driver_connection = connection.dbapi_connection
     dialect = store.engine.dialect
@@ -64,7 +55,7 @@ async def _read_on_loop(
         if closed_by_server(driver_connection):
             connection.invalidate()
         else:
-            rows = await _rows(wait, connection, dialect, statement, work.values)
+            rows = await _rows(connection, dialect, statement, work.values)
     except dialect.loaded_dbapi.Error as exc:
         connection.invalidate(exc)
     except BaseException:
@@ -77,28 +68,11 @@ async def _read_on_loop(
     return work.then(rows)
 
 
-@functools.cache
-def _wait_async() -> Callable[..., Awaitable[Any]] | None:
-    """psycopg's wait on the event loop; None for a psycopg whose cursor lacks the
-    execution generator driven here (``Cursor.execute`` is that generator and a wait)."""
-    from psycopg import Cursor
-    from psycopg.waiting import wait_async
-
-    return wait_async if hasattr(Cursor, "_execute_gen") else None
-
-
-async def _rows(
-    wait: Callable[..., Awaitable[Any]],
-    connection: Any,
-    dialect: Any,
-    statement: Runnable,
-    values: Any,
-) -> list[Any]:
+async def _rows(connection: Any, dialect: Any, statement: Runnable, values: Any) -> list[Any]:
     driver_connection = connection.dbapi_connection
     driver_connection.autocommit = True
     cursor = kept_cursor(connection)
-    execution = cursor._execute_gen(statement.sql, statement.parameters(values))
-    await wait(execution, driver_connection.pgconn.socket, interval=_WAIT_INTERVAL)
+    await execute(driver_connection, cursor, statement.sql, statement.parameters(values))
     rows = named_rows(dialect, statement, cursor)
     driver_connection.autocommit = False
     return rows

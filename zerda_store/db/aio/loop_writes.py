@@ -1,10 +1,10 @@
 """Postgres: a write of one pipeline sent from the event loop, with no database thread.
 
-The async save of a turn that fits one round trip (:mod:`execution.pipeline`: the session's lock and
-one statement, committed together at the pipeline's sync) is sent as :mod:`aio.loop_reads`
-sends a read: on a connection an earlier unit of work left idle, with psycopg's own
-pipeline (waiting on the loop for one given back, :mod:`connections.idle`). Without one it goes to a
-thread, as before.
+The async save of a turn that fits one round trip (:mod:`execution.pipeline`: the session's
+lock and one statement, committed together at the pipeline's sync) is sent as
+:mod:`aio.loop_reads` sends a read: on a connection an earlier unit of work left idle
+(waiting on the loop for one given back, :mod:`connections.idle`), with psycopg's own
+pipeline (:mod:`aio.psycopg_internals`). Without one it goes to a thread, as before.
 
 It keeps the thread path's rules:
 
@@ -24,9 +24,7 @@ It keeps the thread path's rules:
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import CommitOutcomeUnknownError
@@ -35,10 +33,8 @@ from ..execution.driver import Runnable, named_rows
 from ..execution.failures import failure, retryable_write
 from ..execution.pipeline import closed_by_server, sent_steps, step_cursors
 from ..execution.unit_of_work import driver_failure, return_connection
+from .psycopg_internals import LoopPipeline, pipelines_on_loop
 from .unit_of_work import AsyncDatabase, cancelled_after_commit
-
-# How often (seconds) a wait looks up from the socket, as psycopg's async connection does.
-_WAIT_INTERVAL = 0.1
 
 
 class NotSent:
@@ -50,8 +46,6 @@ class NotSent:
 
 NOT_SENT = NotSent()
 
-_Parts = tuple[Callable[..., Any], Callable[..., Awaitable[Any]], Callable[..., Any], type]
-
 
 async def write(
     store: AsyncDatabase,
@@ -61,8 +55,7 @@ async def write(
     """The rows the last of ``steps`` returns, the steps sent as one pipeline from the
     event loop (see the module); :data:`NOT_SENT` if they were not. ``stored`` tells from
     those rows whether the write stored anything (for a caller cancelled meanwhile)."""
-    parts = _pipeline_parts()
-    if parts is None:
+    if not pipelines_on_loop():
         return NOT_SENT
     prepared = sent_steps(store, steps)
     connection = await store.borrow_on_loop()
@@ -73,20 +66,18 @@ async def write(
         store.give_back(connection, reusable=False)
         return NOT_SENT
     with units.on_loop("write"):
-        return await _sent(_Sending(store, connection, prepared), parts, stored)
+        return await _sent(_Sending(store, connection, prepared), stored)
 
 
-async def _sent(
-    sending: _Sending, parts: _Parts, stored: Callable[[list[Any]], bool]
-) -> list[Any] | NotSent:
+async def _sent(sending: _Sending, stored: Callable[[list[Any]], bool]) -> list[Any] | NotSent:
     """The pipeline sent whole, then its answer awaited (see :func:`write`)."""
     try:
-        sending.send_whole(parts)  # no await before the sync is sent: nothing to cancel
+        sending.send_whole()  # no await before the sync is sent: nothing to cancel
     except BaseException as exc:
         return sending.failed(exc)
     # From here the answer is the commit's: the wait for it runs to its end in a task of
     # its own, which no cancellation of the caller stops.
-    answered = asyncio.ensure_future(sending.answers(parts))
+    answered = asyncio.ensure_future(sending.answers())
     try:
         return await asyncio.shield(answered)
     except asyncio.CancelledError as cancelled:
@@ -113,25 +104,6 @@ async def _outcome(answered: asyncio.Future[Any]) -> Any:
     return answered.result()
 
 
-@functools.cache
-def _pipeline_parts() -> _Parts | None:
-    """psycopg's blocking wait, its wait on the event loop, its generator that sends what
-    libpq holds, and its pipeline; None for a psycopg without what is driven here."""
-    from psycopg import Cursor, Pipeline, generators
-    from psycopg.waiting import wait, wait_async
-
-    needed = (
-        hasattr(Cursor, "_execute_gen")
-        and hasattr(generators, "send")
-        and all(
-            hasattr(Pipeline, name)
-            for name in ("_enter_gen", "_enqueue_sync", "_communicate_gen", "_fetch_gen", "_exit")
-        )
-        and "_no_lock" in inspect.signature(Pipeline).parameters
-    )
-    return (wait, wait_async, generators.send, Pipeline) if needed else None
-
-
 class _Sending:
     """One pipeline on one borrowed connection, from its sending to its answers."""
 
@@ -142,33 +114,26 @@ class _Sending:
         self.connection = connection
         self.steps = steps
         self.cursors: list[Any] = []
-        self.pipeline: Any = None
+        self.pipeline: LoopPipeline | None = None
 
-    def send_whole(self, parts: _Parts) -> None:
+    def send_whole(self) -> None:
         """Queue the steps and the sync and hand them all to the socket, with no await:
         however busy the event loop, the server gets the transaction whole and commits it
         alone. Only a socket whose buffer is full waits (here, as a sync write would)."""
-        wait, _, send, pipeline_type = parts
         driver_connection = self.connection.dbapi_connection
-        socket = driver_connection.pgconn.socket
         driver_connection.autocommit = True
-        self.pipeline = driver_connection._pipeline = pipeline_type(
-            driver_connection, _no_lock=True
-        )
-        wait(self.pipeline._enter_gen(), socket, interval=_WAIT_INTERVAL)
+        self.pipeline = pipeline = LoopPipeline(driver_connection)
+        pipeline.enter()
         self.cursors = step_cursors(self.connection, len(self.steps))
         for cursor, (statement, parameters) in zip(self.cursors, self.steps, strict=True):
-            wait(cursor._execute_gen(statement.sql, parameters), socket, interval=_WAIT_INTERVAL)
-        self.pipeline._enqueue_sync()
-        wait(self.pipeline._communicate_gen(), socket, interval=_WAIT_INTERVAL)
-        # What libpq still holds (a large turn: the socket took part of it) goes too.
-        wait(send(driver_connection.pgconn), socket, interval=_WAIT_INTERVAL)
+            pipeline.queue(cursor, statement.sql, parameters)
+        pipeline.send_sync()
 
-    async def answers(self, parts: _Parts) -> list[Any] | NotSent:
+    async def answers(self) -> list[Any] | NotSent:
         """The statements' answers, the sync's last (the commit's), awaited on the loop."""
-        socket = self.connection.dbapi_connection.pgconn.socket
         try:
-            await parts[1](self.pipeline._fetch_gen(flush=True), socket, interval=_WAIT_INTERVAL)
+            assert self.pipeline is not None  # sent whole
+            await self.pipeline.answers()
         except BaseException as exc:
             return self.failed(exc)
         clean = True
@@ -206,13 +171,9 @@ class _Sending:
             self._give_back(clean=False)
 
     def _close(self, exc: BaseException | None) -> None:
-        driver_connection = self.connection.dbapi_connection
         pipeline, self.pipeline = self.pipeline, None
-        try:
-            if pipeline is not None:
-                pipeline._exit(exc)
-        finally:
-            driver_connection._pipeline = None
+        if pipeline is not None:
+            pipeline.close(exc)
 
     def _give_back(self, *, clean: bool) -> None:
         for cursor in self.cursors[:-1]:  # the last is the connection's own

@@ -104,6 +104,15 @@ class Progress:
     # The last error a task of the job reported (Citus tries a failed task again).
     message: str | None = None
 
+    @classmethod
+    def reported(cls, job_id: int, state: str, details: dict[str, Any] | None) -> Progress:
+        """The job's progress from the status's ``state`` and ``details``: its tasks
+        counted by state, and the first line of the last message a task left."""
+        counts: dict[str, int] = (details or {}).get("task_state_counts", {})
+        messages = [t["message"] for t in (details or {}).get("tasks", []) if t.get("message")]
+        message = messages[-1].splitlines()[0] if messages else None
+        return cls(job_id, state, counts.get("done", 0), sum(counts.values()), message)
+
     def __str__(self) -> str:
         failing = f"; last error: {self.message}" if self.message else ""
         return f"rebalance job {self.job_id}: {self.state}, {self.done}/{self.total} moves{failing}"
@@ -263,7 +272,7 @@ def _wait(connection: Connection, job_id: int, say: Say, poll: float) -> Progres
     last = None
     while True:
         row = connection.execute(_STATUS, {"job_id": job_id}).one()
-        progress = _progress(job_id, row.state, row.details)
+        progress = Progress.reported(job_id, row.state, row.details)
         if str(progress) != last:
             say(str(progress))
             last = str(progress)
@@ -275,13 +284,6 @@ def _wait(connection: Connection, job_id: int, say: Say, poll: float) -> Progres
                 "(a stuck rebalance)"
             )
         time.sleep(poll)
-
-
-def _progress(job_id: int, state: str, details: dict[str, Any] | None) -> Progress:
-    counts: dict[str, int] = (details or {}).get("task_state_counts", {})
-    messages = [t["message"] for t in (details or {}).get("tasks", []) if t.get("message")]
-    message = messages[-1].splitlines()[0] if messages else None
-    return Progress(job_id, state, counts.get("done", 0), sum(counts.values()), message)
 
 
 def _node(store: Store, host: str, port: int) -> Node:

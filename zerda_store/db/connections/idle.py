@@ -146,7 +146,7 @@ class KeptConnections:
                 waiter = self._waiters.popleft()
                 if waiter.done():  # expired or cancelled
                     waiter = None
-            if waiter is not None and waiter.get_loop() is asyncio._get_running_loop():
+            if waiter is not None and waiter.get_loop() is _running_loop():
                 self._lent.add(id(connection))
                 waiter.set_result(connection)  # this thread runs its loop: resumed soon
                 return True
@@ -207,11 +207,19 @@ def _wake(waiter: asyncio.Future[Any], value: Any) -> None:
     """Tell a waiting loop's unit to take again (``_TAKE_AGAIN``) or to go to a thread
     (None), on its own loop."""
     loop = waiter.get_loop()
-    if asyncio._get_running_loop() is loop:
+    if _running_loop() is loop:
         _answer(waiter, value)
         return
     with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there
         loop.call_soon_threadsafe(_answer, waiter, value)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _answer(waiter: asyncio.Future[Any], value: Any) -> None:

@@ -10,7 +10,7 @@ import logging
 import random
 import sqlite3
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
@@ -212,3 +212,17 @@ def is_pooler_refusal(error: BaseException | None) -> bool:
 def is_statement_cancelled(error: BaseException) -> bool:
     """True when the server cancelled the statement: ``statement_timeout`` (Postgres)."""
     return getattr(error, "sqlstate", None) == _PG_QUERY_CANCELED
+
+
+def is_connection_lost(
+    dialect: Any, error: BaseException, dbapi_connection: Any, cursor: Any
+) -> bool:
+    """Whether ``error`` lost the connection: the dialect's list of messages, or a driver
+    connection that reports itself closed or broken (psycopg says "connection socket
+    closed" for a peer that went away before the statement was sent, which SQLAlchemy's
+    list does not name)."""
+    if dialect.is_disconnect(error, dbapi_connection, cursor):
+        return True
+    return bool(
+        getattr(dbapi_connection, "broken", False) or getattr(dbapi_connection, "closed", False)
+    )

@@ -31,6 +31,7 @@ from .failures import (
     LostCommit,
     backoff,
     failure,
+    is_connection_lost,
     retryable_read,
     retryable_write,
 )
@@ -289,7 +290,7 @@ def driver_failure(
     :class:`DBAPIError` for it, or :class:`LostCommit` when the connection was lost while
     ``committing``. A lost connection is dropped, and the pool's others with it."""
     dialect = connections.engine.dialect
-    lost = _is_lost(dialect, orig, connection.dbapi_connection, cursor)
+    lost = is_connection_lost(dialect, orig, connection.dbapi_connection, cursor)
     if lost:
         connection.invalidate(orig)
         connections.drop_connections()
@@ -324,15 +325,3 @@ def return_connection(
             connection.invalidate(exc)
         clean = False
     connections.give_back(connection, reusable=clean and connection.is_valid)
-
-
-def _is_lost(dialect: Any, error: BaseException, dbapi_connection: Any, cursor: Any) -> bool:
-    """Whether ``error`` lost the connection: the dialect's list of messages, or a driver
-    connection that reports itself closed or broken (psycopg says "connection socket
-    closed" for a peer that went away before the statement was sent, which SQLAlchemy's
-    list does not name)."""
-    if dialect.is_disconnect(error, dbapi_connection, cursor):
-        return True
-    return bool(
-        getattr(dbapi_connection, "broken", False) or getattr(dbapi_connection, "closed", False)
-    )
