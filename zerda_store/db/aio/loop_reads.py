@@ -46,7 +46,7 @@ async def read(store: AsyncDatabase, work: OneStatement[T]) -> T:
     connection = None if wait is None else await store.borrow_on_loop()
     if wait is None or connection is None:
         return await store.aread(work)
-    with units.on_loop("read"):
+    with units.on_loop("read", 1, 1):
         return await _read_on_loop(store, work, wait, connection, statement)
 
 
