@@ -107,7 +107,7 @@ def _attempt(store: Database, steps: Sequence[tuple[Runnable, Any]]) -> list[Any
         # Once the pipeline is on its way, its answer is the commit's.
         raise driver_failure(store, connection, orig, last_cursor, committing=sending) from orig
     finally:
-        if sending:
+        if sending and units.current_unit.get() is not None:  # observed
             units.sent(len(steps), 1)  # the pipeline's one wait, for its sync
         for cursor in cursors[:-1]:
             cursor.close()

@@ -280,7 +280,7 @@ def attempt(
     except dialect.loaded_dbapi.Error as orig:
         raise driver_failure(connections, connection, orig, cursor, committing=committing) from orig
     finally:
-        if driver is not None:
+        if driver is not None and units.current_unit.get() is not None:  # observed
             units.sent(driver.sent, _round_trips(driver.sent, postgres, transaction, clean))
         return_connection(connections, connection, cursor, autocommit, clean)
 
