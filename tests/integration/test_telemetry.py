@@ -448,7 +448,11 @@ def test_a_write_that_waits_for_its_sessions_advisory_lock_shows_the_wait(
             )  # a save of the session, still open: the forget's exclusive lock waits
             forgetting = threading.Thread(target=memory.forget_entity, args=("Acme",))
             forgetting.start()
-            time.sleep(0.4)
+            with holder.connect() as watcher:  # held from when the forget is seen waiting
+                while not watcher.execute(WAITING_FOR_AN_ADVISORY_LOCK).scalar():
+                    watcher.rollback()
+                    time.sleep(0.01)
+            time.sleep(0.3)
             connection.rollback()
         forgetting.join(timeout=10)
         holder.dispose()
@@ -458,6 +462,11 @@ def test_a_write_that_waits_for_its_sessions_advisory_lock_shows_the_wait(
     assert isinstance(waited, float) and 0.3 <= waited <= unit_seconds(unit)
     (lock_wait,) = recorded.metrics()["zerda_store.lock.wait.duration"]
     assert lock_wait.sum >= 0.3
+
+
+WAITING_FOR_AN_ADVISORY_LOCK = sa.text(
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+)
 
 
 def unit_seconds(span: ReadableSpan) -> float:
