@@ -33,8 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from pydantic import BaseModel
 
-from zerda_store import ConversationEntityMemory, Store
-from zerda_store.telemetry import Telemetry
+from zerda_store import ConversationEntityMemory, Store, Telemetry
 
 
 class CapitalizedWords:

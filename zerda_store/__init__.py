@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     )
     from .memory.conversation import ConversationEntityMemory
     from .memory.views import Entity
+    from .telemetry import Telemetry
 
 # Where each public name lives (``migrate`` is a module).
 _HOMES = {
@@ -71,6 +72,7 @@ _HOMES = {
     "StatementTimeoutError": "errors",
     "Store": "db.store",
     "StoreError": "errors",
+    "Telemetry": "telemetry",
     "migrate": "migrate",
 }
 
@@ -101,6 +103,7 @@ __all__ = [
     "StatementTimeoutError",
     "Store",
     "StoreError",
+    "Telemetry",
     "migrate",
 ]
 

@@ -9,15 +9,19 @@ import logging
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import StatusCode
 
 from tests.doubles import AsyncKeywordLLM, BrokenLLM, KeywordLLM
@@ -33,7 +37,7 @@ SESSION = "customer-4711@example.com"
 class Recorded:
     """The SDK's in-memory span exporter and metric reader behind one Telemetry."""
 
-    def __init__(self, *, record_content: bool = False) -> None:
+    def __init__(self, *, record_content: bool = False, child_spans: str = "all") -> None:
         self.exporter = InMemorySpanExporter()
         self.tracer_provider = TracerProvider()
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
@@ -43,6 +47,7 @@ class Recorded:
             record_content=record_content,
             tracer_provider=self.tracer_provider,
             meter_provider=self.meter_provider,
+            child_spans=child_spans,
         )
 
     def spans(self) -> list[ReadableSpan]:
@@ -400,3 +405,172 @@ def test_a_retried_unit_of_work_shows_its_attempts_and_each_retry(
     assert dict(retry.attributes or {})["error.type"] == "ProgrammingError"
     (retries,) = recorded.metrics()["zerda_store.unit_of_work.retries"]
     assert retries.value == 1
+
+
+def test_a_unit_of_work_counts_its_statements_and_on_postgres_its_round_trips(
+    store: Store, recorded: Recorded, database_url: str
+) -> None:
+    memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), store=store, session_id=SESSION)
+    memory.save_context({"input": "Sarah works at Acme"}, {"output": "Noted."})
+    memory.forget_entity("Acme")
+
+    units = recorded.named("write") + recorded.named("read")
+    assert units
+    for unit in units:
+        attributes = dict(unit.attributes or {})
+        statements = attributes["zerda_store.unit_of_work.statements"]
+        assert isinstance(statements, int) and statements >= 1
+        if system(database_url) == "sqlite":
+            assert "zerda_store.unit_of_work.round_trips" not in attributes
+        else:  # at least one wait; at most one per statement, BEGIN and COMMIT
+            assert 1 <= attributes["zerda_store.unit_of_work.round_trips"] <= statements + 2
+    if system(database_url) == "postgresql":
+        trips = recorded.metrics()["zerda_store.unit_of_work.round_trips"]
+        assert sum(p.count for p in trips) >= 2
+        assert sum(p.sum for p in trips) == sum(
+            dict(u.attributes or {})["zerda_store.unit_of_work.round_trips"] for u in units
+        )
+
+
+@pytest.mark.postgres
+def test_a_write_that_waits_for_its_sessions_advisory_lock_shows_the_wait(
+    postgres_url: str, recorded: Recorded
+) -> None:
+    with Store(postgres_url, telemetry=recorded.telemetry) as store:
+        memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), store=store, session_id=SESSION)
+        memory.save_context({"input": "Sarah works at Acme"}, {"output": "Noted."})
+        recorded.exporter.clear()
+        holder = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
+        with holder.connect() as connection:
+            connection.execute(
+                sa.text("SELECT pg_advisory_xact_lock_shared(:key, hashtext(:session))"),
+                {"key": unit_of_work.SESSION_LOCK_NAMESPACE, "session": SESSION},
+            )  # a save of the session, still open: the forget's exclusive lock waits
+            forgetting = threading.Thread(target=memory.forget_entity, args=("Acme",))
+            forgetting.start()
+            with holder.connect() as watcher:  # held from when the forget is seen waiting
+                while not watcher.execute(WAITING_FOR_AN_ADVISORY_LOCK).scalar():
+                    watcher.rollback()
+                    time.sleep(0.01)
+            time.sleep(0.3)
+            connection.rollback()
+        forgetting.join(timeout=10)
+        holder.dispose()
+    (forget,) = recorded.named("delete_memory")
+    (unit,) = [c for c in children(recorded, forget) if c.name.startswith("write")]
+    waited = dict(unit.attributes or {})["zerda_store.lock.wait.duration"]
+    assert isinstance(waited, float) and 0.3 <= waited <= unit_seconds(unit)
+    (lock_wait,) = recorded.metrics()["zerda_store.lock.wait.duration"]
+    assert lock_wait.sum >= 0.3
+
+
+WAITING_FOR_AN_ADVISORY_LOCK = sa.text(
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+)
+
+
+def unit_seconds(span: ReadableSpan) -> float:
+    assert span.start_time is not None and span.end_time is not None
+    return (span.end_time - span.start_time) / 1e9
+
+
+def test_with_child_spans_for_failures_only_a_turn_is_two_spans_with_the_figures_folded_in(
+    database_url: str,
+) -> None:
+    recorded = Recorded(child_spans="failures")
+    with Store(database_url, telemetry=recorded.telemetry) as store:
+        memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), store=store, session_id=SESSION)
+        memory.save_context({"input": "Sarah works at Acme"}, {"output": "Noted."})
+        asyncio.run(memory.aload_memory_variables({"input": "What about Sarah?"}))
+    assert sorted(span.name.split()[0] for span in recorded.spans()) == [
+        "search_memory",
+        "update_memory",
+    ]
+    for span in recorded.spans():
+        attributes = dict(span.attributes or {})
+        assert attributes["zerda_store.unit_of_work.count"] >= 1
+        assert attributes["zerda_store.unit_of_work.statements"] >= 1
+        assert attributes["zerda_store.extraction.duration"] >= 0
+        if system(database_url) == "postgresql":
+            assert attributes["zerda_store.unit_of_work.round_trips"] >= 1
+    writes = [
+        p
+        for p in recorded.metrics()["db.client.operation.duration"]
+        if dict(p.attributes)["db.operation.name"] == "write"
+    ]
+    assert sum(p.count for p in writes) == 1  # the units are measured all the same
+
+
+def test_with_child_spans_for_failures_a_retried_unit_and_a_failed_extraction_get_spans(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(unit_of_work, "backoff", lambda _number: 0.0)
+    recorded = Recorded(child_spans="failures")
+
+    class Caller:
+        def __init__(self, store: Store) -> None:
+            self.store = store
+
+        @observed(UPDATE, "test_call")
+        def call(self, work: Any) -> Any:
+            return unit_of_work.write(self.store, work)
+
+    runs: list[int] = []
+
+    def work(transaction: Any) -> int:
+        runs.append(1)
+        if len(runs) == 1:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")  # lost
+        return 42
+
+    with Store(sqlite_url, telemetry=recorded.telemetry) as store:
+        assert Caller(store).call(work) == 42
+        broken = ConversationEntityMemory(llm=BrokenLLM(), store=store, session_id=SESSION)
+        broken.save_context({"input": "Sarah"}, {"output": "ok"})
+    (call, save) = recorded.named("update_memory")
+    (unit,) = recorded.named("write")
+    assert unit.parent is not None and unit.parent.span_id == call.context.span_id
+    assert dict(unit.attributes or {})["zerda_store.unit_of_work.attempts"] == 2
+    (retry,) = unit.events
+    assert retry.name == "zerda_store.unit_of_work.retry"
+    assert unit.start_time <= retry.timestamp <= unit.end_time  # type: ignore[operator]
+    assert call.start_time <= unit.start_time  # type: ignore[operator]
+    (extraction,) = recorded.named("extract_entities")
+    assert extraction.parent is not None and extraction.parent.span_id == save.context.span_id
+    assert extraction.status.status_code is StatusCode.ERROR
+    assert dict(extraction.attributes or {})["error.type"] == "RuntimeError"
+
+
+def test_under_a_dropped_operation_no_child_span_is_even_started(store: Store) -> None:
+    asked: list[str] = []
+
+    class Dropping(Sampler):
+        def should_sample(self, parent_context: Any, trace_id: int, name: str, *_: Any) -> Any:
+            asked.append(name.split()[0])
+            return SamplingResult(Decision.DROP)
+
+        def get_description(self) -> str:
+            return "drops every span"
+
+    provider = TracerProvider(sampler=Dropping())
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    store.telemetry = Telemetry(tracer_provider=provider)
+    memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), store=store, session_id=SESSION)
+    memory.save_context({"input": "Sarah works at Acme"}, {"output": "Noted."})
+    asyncio.run(memory.aload_memory_variables({"input": "What about Sarah?"}))
+    assert asked == ["update_memory", "search_memory"]
+    assert exporter.get_finished_spans() == ()
+
+
+def test_nothing_personal_leaves_with_child_spans_for_failures_only(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorded = Recorded(child_spans="failures")
+    store.telemetry = recorded.telemetry
+    with caplog.at_level(logging.DEBUG, logger="zerda_store"):
+        run_everything(store)
+    text = every_recorded_text(recorded, caplog.records)
+    assert "zerda_store.unit_of_work.count" in text
+    for secret in [SECRET_TURN, *SECRET_NAMES, "Zyxwvuta", "Qwertyson", "99-1234", SESSION]:
+        assert secret not in text

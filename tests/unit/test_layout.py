@@ -51,6 +51,7 @@ def test_no_module_imports_one_that_imports_it_back():
         "StanzaExtractor",
         "Store",
         "StoreError",
+        "Telemetry",
         "migrate",
     ],
 )

@@ -66,3 +66,18 @@ def test_the_command_line_checks_the_input_rules_bounds() -> None:
     from zerda_store.cli import common
 
     assert (common.MAX_COUNT, common.MAX_SECONDS) == (validation.MAX_COUNT, validation.MAX_SECONDS)
+
+
+def test_telemetry_is_exported_from_the_root_without_loading_opentelemetry() -> None:
+    code = (
+        "import sys, zerda_store\n"
+        "assert 'zerda_store.telemetry' not in sys.modules\n"
+        "from zerda_store import Telemetry\n"
+        "from zerda_store.telemetry import Telemetry as Home\n"
+        "assert Telemetry is Home and 'Telemetry' in zerda_store.__all__\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

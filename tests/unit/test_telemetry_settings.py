@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zerda_store.telemetry import CONTENT_ENV, Telemetry
+from zerda_store.telemetry import CHILD_SPANS_ENV, CONTENT_ENV, Telemetry
 
 
 def test_a_session_id_is_shown_as_a_stable_short_hash() -> None:
@@ -37,3 +37,14 @@ def test_without_a_configured_provider_there_is_no_tracer_nor_meter() -> None:
     telemetry = Telemetry()
     assert telemetry.tracer() is None
     assert telemetry.instruments() is None
+
+
+def test_child_spans_come_from_the_environment_unless_given_and_are_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Telemetry().child_spans == "all"
+    monkeypatch.setenv(CHILD_SPANS_ENV, "Failures")
+    assert Telemetry().child_spans == "failures"
+    assert Telemetry(child_spans="all").child_spans == "all"
+    with pytest.raises(ValueError, match="child_spans"):
+        Telemetry(child_spans="some")

@@ -6,6 +6,6 @@ See ``docs/observability.md``. Nothing here imports OpenTelemetry at import time
 
 from __future__ import annotations
 
-from .settings import CONTENT_ENV, Telemetry, default_telemetry
+from .settings import CHILD_SPANS_ENV, CONTENT_ENV, Telemetry, default_telemetry
 
-__all__ = ["CONTENT_ENV", "Telemetry", "default_telemetry"]
+__all__ = ["CHILD_SPANS_ENV", "CONTENT_ENV", "Telemetry", "default_telemetry"]

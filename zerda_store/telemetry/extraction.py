@@ -1,15 +1,18 @@
 """Extraction (the LLM or stanza call) as a child span of the operation that asked for
 it, with its latency and outcome in metrics. Outside an observed operation it is the
-plain call. The extraction module hands results in; it imports no storage."""
+plain call. With ``Telemetry(child_spans="failures")`` only a failed extraction gets a
+span (made when it ends); an extraction that worked puts its duration on the operation's
+span. The extraction module hands results in; it imports no storage."""
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from .operations import Operation, current
+from .operations import Operation, current, otel
 
 T = TypeVar("T")
 INTERNAL_SPAN = "extract_entities"
@@ -79,16 +82,12 @@ async def aobserved(extractor: str, call: Callable[..., Awaitable[R]], *argument
 
 
 def _start(operation: Operation, extractor: str) -> tuple[Any, Any]:
-    if operation.tracer is None:
+    if not (operation.recording and operation.child_spans):
         return None, None
-    from opentelemetry import context, trace
-
-    span = operation.tracer.start_span(
-        f"{INTERNAL_SPAN} {extractor}",
-        kind=trace.SpanKind.INTERNAL,
-        attributes={"zerda_store.extraction.extractor": extractor},
-    )
-    return span, context.attach(trace.set_span_in_context(span))
+    api = otel()
+    name, attributes = _span_labels(extractor)
+    span = operation.tracer.start_span(name, kind=api.INTERNAL, attributes=attributes)
+    return span, api.attach(api.in_context(span))
 
 
 def _end(
@@ -106,29 +105,58 @@ def _end(
     if result is not None and result.error:
         error_type = result.error.split(":", 1)[0]
     if span is not None:
-        from opentelemetry import context
-        from opentelemetry.trace import Status, StatusCode
-
-        span.set_attribute("zerda_store.extraction.status", status)
-        if result is not None:
-            span.set_attribute("zerda_store.extraction.entities", len(result.entities))
-        if status == "failed":
-            span.set_attribute("error.type", error_type or "ExtractionError")
-            span.set_status(Status(StatusCode.ERROR, error_type or "ExtractionError"))
-        span.end()
-        context.detach(attached)
+        _end_span(span, status, result, error_type)
+        otel().detach(attached)
+    elif operation.recording:
+        if status == "failed":  # a span of its own, made now with the time it began
+            api = otel()
+            name, attributes = _span_labels(extractor)
+            span = operation.tracer.start_span(
+                name,
+                context=api.in_context(operation.span),
+                kind=api.INTERNAL,
+                attributes=attributes,
+                start_time=time.time_ns() - int(duration * 1e9),
+            )
+            _end_span(span, status, result, error_type)
+        else:
+            operation.span.set_attribute("zerda_store.extraction.duration", duration)
     instruments = operation.instruments
     if instruments is not None:
-        attributes = {
-            "zerda_store.extraction.extractor": extractor,
-            "zerda_store.extraction.status": status,
-            "zerda_store.operation": operation.name,
-        }
+        attributes = _metric_attributes(extractor, status, operation.name)
         instruments.extraction_duration.record(duration, attributes)
         if status == "failed":
             instruments.extraction_failures.add(
                 1, {**attributes, "error.type": error_type or "ExtractionError"}
             )
+
+
+def _end_span(span: Any, status: str, result: Extracted | None, error_type: str | None) -> None:
+    span.set_attribute("zerda_store.extraction.status", status)
+    if result is not None:
+        span.set_attribute("zerda_store.extraction.entities", len(result.entities))
+    if status == "failed":
+        api = otel()
+        span.set_attribute("error.type", error_type or "ExtractionError")
+        span.set_status(api.Status(api.ERROR, error_type or "ExtractionError"))
+    span.end()
+
+
+@functools.lru_cache(maxsize=64)
+def _span_labels(extractor: str) -> tuple[str, dict[str, Any]]:
+    """An extraction span's name and attributes at its start (shared: the SDK copies
+    them)."""
+    return f"{INTERNAL_SPAN} {extractor}", {"zerda_store.extraction.extractor": extractor}
+
+
+@functools.lru_cache(maxsize=256)
+def _metric_attributes(extractor: str, status: str, operation: str) -> dict[str, Any]:
+    """An extraction's metric attributes (shared: never changed)."""
+    return {
+        "zerda_store.extraction.extractor": extractor,
+        "zerda_store.extraction.status": status,
+        "zerda_store.operation": operation,
+    }
 
 
 def carried(call: Callable[[str], T]) -> Callable[[str], T]:

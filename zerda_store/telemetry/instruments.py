@@ -59,9 +59,17 @@ class Instruments:
         self.lock_wait = meter.create_histogram(
             "zerda_store.lock.wait.duration",
             unit="s",
-            description="Time a write waited to begin (SQLite: BEGIN IMMEDIATE, the "
-            "database's write lock)",
+            description="Time a write waited for its lock (SQLite: BEGIN IMMEDIATE, the "
+            "database's write lock; Postgres: the session's advisory lock, when taken by "
+            "a statement of its own), with that statement's round trip",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.round_trips = meter.create_histogram(
+            "zerda_store.unit_of_work.round_trips",
+            unit="{round_trip}",
+            description="Times a Postgres unit of work waited for the server (a "
+            "statement, BEGIN, COMMIT, or a pipeline's sync), its retries included",
+            explicit_bucket_boundaries_advisory=COUNT_BUCKETS,
         )
         self.extraction_duration = meter.create_histogram(
             "zerda_store.extraction.duration",

@@ -47,21 +47,65 @@ def telemetry_of(store: Any) -> Telemetry:
     return getattr(store, "telemetry", None) or default_telemetry()
 
 
+class Api:
+    """The OpenTelemetry API's names that every observed call uses, looked up once (an
+    ``import`` statement in a function costs more than the attribute reads it saves)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace import Status, StatusCode
+
+        self.attach = context.attach
+        self.detach = context.detach
+        self.in_context = trace.set_span_in_context
+        self.CLIENT = trace.SpanKind.CLIENT
+        self.INTERNAL = trace.SpanKind.INTERNAL
+        self.Status = Status
+        self.ERROR = StatusCode.ERROR
+
+
+_api: Api | None = None
+
+
+def otel() -> Api:
+    """:class:`Api`, made on first use (only once a tracer exists, so OpenTelemetry is
+    imported only then)."""
+    global _api
+    if _api is None:
+        _api = Api()
+    return _api
+
+
 class Operation:
     """One observed public operation: its span (None without a tracer), its instruments
-    (None without a meter), and the attributes its children repeat."""
+    (None without a meter), and the attributes its children repeat.
+
+    ``recording`` is False when there is no span or the sampler dropped it: then no child
+    span is made and no attribute built. ``child_spans`` (``Telemetry(child_spans=...)``)
+    False: the units of work and the extraction fold their figures into this span
+    (``units``, ``statements``, ``round_trips``, ``lock_wait``), and only one that failed
+    or retried gets a span of its own."""
 
     __slots__ = (
         "attributes",
+        "child_spans",
         "content",
         "instruments",
+        "lock_wait",
         "metric_attributes",
         "name",
+        "namespace",
+        "recording",
+        "round_trips",
         "session",
         "span",
+        "span_name",
+        "statements",
         "store",
+        "system",
         "telemetry",
         "tracer",
+        "units",
     )
 
     def __init__(
@@ -80,33 +124,41 @@ class Operation:
         self.instruments = instruments
         self.name = name
         self.content = telemetry.record_content
+        self.child_spans = telemetry.child_spans == "all"
         self.session = telemetry.session_label(session_id)
-        system, namespace = telemetry.labels(store)
-        self.metric_attributes: dict[str, Any] = {
-            "gen_ai.operation.name": gen_ai_operation,
-            "zerda_store.operation": name,
-            "db.system.name": system,
-        }
-        self.attributes: dict[str, Any] = {
-            **self.metric_attributes,
-            "gen_ai.memory.store.id": namespace,
-            "db.namespace": namespace,
-        }
+        labels = telemetry.operation_labels(store, name, gen_ai_operation)
+        self.system, self.namespace, self.span_name, self.metric_attributes, attributes = labels
         if self.session is not None:
-            self.attributes["gen_ai.conversation.id"] = self.session
+            attributes = {**attributes, "gen_ai.conversation.id": self.session}
+        self.attributes: dict[str, Any] = attributes
         self.span: Any = None
+        self.recording = False
+        self.units = self.statements = self.round_trips = 0
+        self.lock_wait = 0.0
         if instruments is not None:
             instruments.watch(store)
 
     def set(self, key: str, value: Any) -> None:
-        """Set an attribute on the operation's span (if it has one)."""
-        if self.span is not None:
+        """Set an attribute on the operation's span (if it records)."""
+        if self.recording:
             self.span.set_attribute(key, value)
 
     def set_content(self, key: str, value: Any) -> None:
         """Set a content attribute, only when the user opted in to content."""
-        if self.content and self.span is not None:
+        if self.content and self.recording:
             self.span.set_attribute(key, value)
+
+    def set_folded(self) -> None:
+        """The figures of the units of work folded into this span (``child_spans``
+        "failures")."""
+        span = self.span
+        if self.units:
+            span.set_attribute("zerda_store.unit_of_work.count", self.units)
+            span.set_attribute("zerda_store.unit_of_work.statements", self.statements)
+            if self.round_trips:
+                span.set_attribute("zerda_store.unit_of_work.round_trips", self.round_trips)
+        if self.lock_wait:
+            span.set_attribute("zerda_store.lock.wait.duration", self.lock_wait)
 
 
 def observed(
@@ -127,11 +179,12 @@ def observed(
         label = name or method.__name__
         find_session = session or _session_attribute
 
-        def start(self: Any, target: Any, args: tuple[Any, ...], kwargs: Any) -> Operation | None:
+        def start(
+            self: Any, target: Any, telemetry: Telemetry, args: tuple[Any, ...], kwargs: Any
+        ) -> Operation | None:
             outer = current.get()
             if outer is not None and outer.name == label and outer.store is target:
                 return None  # the same operation, called through a second layer
-            telemetry = telemetry_of(target)
             tracer = telemetry.tracer()
             instruments = telemetry.instruments()
             if tracer is None and instruments is None and not logger.isEnabledFor(DEBUG):
@@ -152,8 +205,9 @@ def observed(
             async def awrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
                 target = self.store if store is None else store(self)
                 operation = None
-                if not (getattr(target, "telemetry", None) or default_telemetry()).quiet():
-                    operation = start(self, target, args, kwargs)
+                telemetry = getattr(target, "telemetry", None) or default_telemetry()
+                if not telemetry.quiet():
+                    operation = start(self, target, telemetry, args, kwargs)
                 if operation is None:
                     try:
                         return await method(self, *args, **kwargs)
@@ -177,8 +231,9 @@ def observed(
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             target = self.store if store is None else store(self)
             operation = None
-            if not (getattr(target, "telemetry", None) or default_telemetry()).quiet():
-                operation = start(self, target, args, kwargs)
+            telemetry = getattr(target, "telemetry", None) or default_telemetry()
+            if not telemetry.quiet():
+                operation = start(self, target, telemetry, args, kwargs)
             if operation is None:
                 try:
                     return method(self, *args, **kwargs)
@@ -208,16 +263,15 @@ def _session_attribute(instance: Any, *_: Any, **__: Any) -> str | None:
 def _enter(operation: Operation) -> tuple[float, Any, Any]:
     attached = None
     if operation.tracer is not None:
-        from opentelemetry import context, trace
-
+        api = otel()
         span = operation.tracer.start_span(
-            f"{operation.attributes['gen_ai.operation.name']} "
-            f"{operation.attributes['gen_ai.memory.store.id']}",
-            kind=trace.SpanKind.CLIENT,
-            attributes=operation.attributes,
+            operation.span_name, kind=api.CLIENT, attributes=operation.attributes
         )
         operation.span = span
-        attached = context.attach(trace.set_span_in_context(span))
+        operation.recording = span.is_recording()
+        # Made current even when not recording: what runs below (an LLM client's own
+        # instrumentation) then sees the sampler's decision and follows it.
+        attached = api.attach(api.in_context(span))
     token = current.set(operation)
     return time.perf_counter(), token, attached
 
@@ -228,9 +282,7 @@ def _exit(
     current.reset(token)
     _finish(operation, began, error)
     if attached is not None:
-        from opentelemetry import context
-
-        context.detach(attached)
+        otel().detach(attached)
 
 
 def _finish(operation: Operation, began: float, error: BaseException | None) -> None:
@@ -239,11 +291,13 @@ def _finish(operation: Operation, began: float, error: BaseException | None) -> 
     error_type = None if error is None else type(error).__name__
     span = operation.span
     if span is not None:
-        from opentelemetry.trace import Status, StatusCode
-
-        if error_type is not None:
-            span.set_attribute("error.type", error_type)
-            span.set_status(Status(StatusCode.ERROR, error_type))
+        if operation.recording:
+            if not operation.child_spans:
+                operation.set_folded()
+            if error_type is not None:
+                api = otel()
+                span.set_attribute("error.type", error_type)
+                span.set_status(api.Status(api.ERROR, error_type))
         span.end()
     instruments = operation.instruments
     if instruments is not None:
@@ -301,7 +355,7 @@ def note_recall(recalled: list[tuple[str, list[str]]], query: str) -> None:
     """Inside an observed recall: how many entities and snippets it found (and, opted in,
     the query and what it found)."""
     operation = current.get()
-    if operation is None:
+    if operation is None or (not operation.recording and operation.instruments is None):
         return
     operation.set_content("gen_ai.memory.query.text", query)
     entities = sum(1 for _, snippets in recalled if snippets)
@@ -332,7 +386,7 @@ def note_content(key: str, value: str) -> None:
 def counts(operation: Operation, result: Any) -> None:
     """A ``done`` hook: the counts a call returns (a dict, or a receipt with
     ``as_dict()``) as ``zerda_store.result.<key>`` attributes."""
-    if operation.span is None:
+    if not operation.recording:
         return
     if hasattr(result, "as_dict"):
         values = result.as_dict()
@@ -340,7 +394,7 @@ def counts(operation: Operation, result: Any) -> None:
         values = dataclasses.asdict(result)
     else:
         values = result
-    if operation.span is None or not isinstance(values, dict):
+    if not isinstance(values, dict):
         return
     for key, value in values.items():
         if isinstance(value, int) and not isinstance(value, bool):
@@ -385,7 +439,7 @@ def note_saved(input_text: str, output_text: str, mentions: Sequence[Any]) -> No
     """Inside an observed save: how many entities the turn names, and (opted in only)
     the turn's texts and names as ``gen_ai.memory.records``."""
     operation = current.get()
-    if operation is None:
+    if operation is None or not operation.recording:
         return
     operation.set("gen_ai.memory.record.count", len(mentions))
     if operation.content:
@@ -418,13 +472,10 @@ def observed_records(
         return
     operation = Operation(store, telemetry, tracer, instruments, name, SEARCH, session_id)
     if tracer is not None:
-        from opentelemetry import trace
-
         operation.span = tracer.start_span(
-            f"{SEARCH} {operation.attributes['gen_ai.memory.store.id']}",
-            kind=trace.SpanKind.CLIENT,
-            attributes=operation.attributes,
+            operation.span_name, kind=otel().CLIENT, attributes=operation.attributes
         )
+        operation.recording = operation.span.is_recording()
     began = time.perf_counter()
     count = 0
     error: BaseException | None = None

@@ -27,6 +27,9 @@ from .labels import (
 # The GenAI conventions' opt-in for message content; "true" (or SPAN_ONLY,
 # SPAN_AND_EVENT, EVENT_ONLY) also lets zerda_store record turn texts, names and snippets.
 CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+# Which children an operation span gets: "all" (the default) or "failures".
+CHILD_SPANS_ENV = "ZERDA_STORE_OTEL_CHILD_SPANS"
+CHILD_SPANS = ("all", "failures")
 _operations_logger = logging.getLogger("zerda_store.operations")
 _CONTENT_ON = {"true", "1", "yes", "span_only", "span_and_event", "event_only"}
 
@@ -55,7 +58,13 @@ class Telemetry:
         salt: str = "",
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        child_spans: str | None = None,
     ) -> None:
+        if child_spans is None:
+            child_spans = os.environ.get(CHILD_SPANS_ENV, "").strip().lower() or "all"
+        if child_spans not in CHILD_SPANS:
+            raise ValueError(f"child_spans must be one of {CHILD_SPANS}, not {child_spans!r}")
+        self.child_spans = child_spans
         self.record_content = content_from_env() if record_content is None else record_content
         self.hash_session_ids = hash_session_ids
         self.salt = salt.encode()
@@ -68,11 +77,14 @@ class Telemetry:
         self._instruments: Any = None
         self._session_labels: dict[str, str] = {}
         self._labels: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
+        self._operation_labels: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __repr__(self) -> str:
         return (
             f"Telemetry(record_content={self.record_content}, "
-            f"hash_session_ids={self.hash_session_ids})"
+            f"hash_session_ids={self.hash_session_ids}, child_spans={self.child_spans!r})"
         )
 
     def session_label(self, session_id: str | None) -> str | None:
@@ -104,6 +116,31 @@ class Telemetry:
         labels = self._labels.get(store)
         if labels is None:
             labels = self._labels[store] = (system_of(store), namespace_of(store))
+        return labels
+
+    def operation_labels(self, store: Any, name: str, gen_ai_operation: str) -> Any:
+        """What an operation ``name`` on ``store`` shows, worked out once: ``db.system.name``,
+        ``db.namespace``, its span's name, its metrics' attributes and its span's
+        attributes but the session (both shared: never change them)."""
+        by_name = self._operation_labels.get(store)
+        if by_name is None:
+            by_name = self._operation_labels.setdefault(store, {})
+        labels = by_name.get((name, gen_ai_operation))
+        if labels is None:
+            system, namespace = self.labels(store)
+            metric_attributes = {
+                "gen_ai.operation.name": gen_ai_operation,
+                "zerda_store.operation": name,
+                "db.system.name": system,
+            }
+            span_attributes = {
+                **metric_attributes,
+                "gen_ai.memory.store.id": namespace,
+                "db.namespace": namespace,
+            }
+            span_name = f"{gen_ai_operation} {namespace}"
+            labels = (system, namespace, span_name, metric_attributes, span_attributes)
+            by_name[(name, gen_ai_operation)] = labels
         return labels
 
     def tracer(self) -> Any:

@@ -41,7 +41,7 @@ async def read(store: AsyncDatabase, work: OneStatement[T]) -> T:
     connection = await store.borrow_on_loop() if executes_on_loop() else None
     if connection is None:
         return await store.aread(work)
-    with units.on_loop("read"):
+    with units.on_loop("read", 1, 1):
         return await _read_on_loop(store, work, connection, statement)
 
 

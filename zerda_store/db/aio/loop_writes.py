@@ -65,7 +65,7 @@ async def write(
         connection.invalidate()
         store.give_back(connection, reusable=False)
         return NOT_SENT
-    with units.on_loop("write"):
+    with units.on_loop("write", len(prepared), 1):  # one wait, for the pipeline's sync
         return await _sent(_Sending(store, connection, prepared), stored)
 
 

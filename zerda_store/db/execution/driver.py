@@ -197,23 +197,27 @@ def named_rows(dialect: Dialect, statement: Runnable, cursor: Any) -> list[Any]:
 
 
 class Cursor:
-    """Runs compiled statements on one driver cursor; the only runner there is."""
+    """Runs compiled statements on one driver cursor; the only runner there is. ``sent``
+    counts the statements it ran (an executemany is one), for telemetry."""
 
-    __slots__ = ("_cursor", "_dialect")
+    __slots__ = ("_cursor", "_dialect", "sent")
 
     def __init__(self, dialect: Dialect, cursor: Any) -> None:
         self._dialect = dialect
         self._cursor = cursor
+        self.sent = 0
 
     def execute(self, statement: Runnable, values: Any) -> list[Any]:
         """Run ``statement`` with ``values`` (a mapping; rows for a multi-row insert); the
         named rows it returns (none for a statement without rows)."""
         cursor = self._cursor
+        self.sent += 1
         self._dialect.do_execute(cursor, statement.sql, statement.parameters(values), None)
         return named_rows(self._dialect, statement, cursor)
 
     def execute_count(self, statement: Runnable, values: Any) -> int:
         """Run a statement that returns no rows; how many rows it changed."""
+        self.sent += 1
         self._dialect.do_execute(self._cursor, statement.sql, statement.parameters(values), None)
         return int(self._cursor.rowcount)
 
@@ -221,11 +225,13 @@ class Cursor:
         """Run a statement that returns no rows once per values (the driver's executemany:
         one parameter set at a time, so no limit on how many); how many rows it changed."""
         parameters = [statement.parameters(one) for one in values]
+        self.sent += 1
         self._dialect.do_executemany(self._cursor, statement.sql, parameters, None)
         return int(self._cursor.rowcount)
 
     def execute_sql(self, sql: str) -> None:
         """Run a fixed statement with no parameters (transaction control)."""
+        self.sent += 1
         self._dialect.do_execute(self._cursor, sql, (), None)
 
 

@@ -18,6 +18,7 @@ import select
 from collections.abc import Sequence
 from typing import Any
 
+from ...telemetry import units
 from .driver import Runnable, kept_cursor, named_rows
 from .failures import retryable_write
 from .unit_of_work import Database, driver_failure, return_connection, with_retries
@@ -106,6 +107,8 @@ def _attempt(store: Database, steps: Sequence[tuple[Runnable, Any]]) -> list[Any
         # Once the pipeline is on its way, its answer is the commit's.
         raise driver_failure(store, connection, orig, last_cursor, committing=sending) from orig
     finally:
+        if sending and units.current_unit.get() is not None:  # observed
+            units.sent(len(steps), 1)  # the pipeline's one wait, for its sync
         for cursor in cursors[:-1]:
             cursor.close()
         return_connection(store, connection, cursors[-1] if cursors else None, True, clean)

@@ -153,7 +153,7 @@ def locked(
     values = {"session_id": lock.session_id}
 
     def locked_work(transaction: Transaction) -> T:
-        transaction.run(statement, values)
+        units.locking(transaction.run, statement, values)  # its wait, when observed
         return work(transaction)
 
     return locked_work
@@ -260,6 +260,7 @@ def attempt(
     autocommit = postgres and not transaction
     committing = False
     clean = False
+    driver = None
     try:
         if autocommit:
             connection.dbapi_connection.autocommit = True
@@ -280,7 +281,20 @@ def attempt(
     except dialect.loaded_dbapi.Error as orig:
         raise driver_failure(connections, connection, orig, cursor, committing=committing) from orig
     finally:
+        if driver is not None and units.current_unit.get() is not None:  # observed
+            units.sent(driver.sent, _round_trips(driver.sent, postgres, transaction, clean))
         return_connection(connections, connection, cursor, autocommit, clean)
+
+
+def _round_trips(statements: int, postgres: bool, transaction: bool, ended: bool) -> int:
+    """The times an attempt waited for the server: each statement, and in a transaction
+    psycopg's BEGIN before the first and the COMMIT or ROLLBACK that ``ended`` it (none
+    on SQLite, which runs in the process)."""
+    if not postgres:
+        return 0
+    if not transaction or not statements:
+        return statements
+    return statements + 1 + int(ended)
 
 
 def driver_failure(
