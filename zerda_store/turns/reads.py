@@ -14,7 +14,7 @@ from operator import ne
 from typing import Any
 
 from ..db.execution.unit_of_work import OneStatement, Transaction
-from ..db.sharding import distributed
+from ..db.routes import Routes
 from ..db.store import Store
 from ..identity.resolution import Resolver
 from ..identity.statements import IdentityStatements
@@ -38,6 +38,7 @@ class Reads(TurnHistory):
         self._resolver = Resolver(self._identity, rules) if rules is not None else None
         self.resolver = self._resolver
         self._resolving = store.statements(ResolvingRecall)
+        self.routes = Routes(store)
 
     def key_rules(self, session_id: str) -> KeyRules | None:
         """The key rules the session was keyed with, or None if none is recorded (a session
@@ -124,7 +125,7 @@ class Reads(TurnHistory):
         if self.store.dialect != "sqlite":
             values = ResolvingRecall.values(session_id, mentions, limit)
             return OneStatement(
-                self._resolving.statement(aged, distributed(self.store)),
+                self._resolving.statement(aged, self.routes.routed()),
                 values,
                 partial(resolved, resolver, mentions),
             )

@@ -208,8 +208,9 @@ class RowsInsert:
         """Send VALUES only, whatever the row count: Citus routes an INSERT ... VALUES to the
         session's shard, but plans an INSERT ... SELECT of arrays in parts
         (:mod:`db.sharding`)."""
-        self._arrays = False
-        self._prepared = {}
+        if self._arrays:
+            self._arrays = False
+            self._prepared = {}
 
     def compile_all(self) -> None:
         """Compile every statement some row count needs, so that inserts whose counts are
