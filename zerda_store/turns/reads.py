@@ -111,7 +111,7 @@ class Reads(TurnHistory):
         resolver = self._resolver
         aged = visible is not None
         own = list(dict.fromkeys(map(MENTION_KEY, mentions)))
-        if resolver is None or self.store.dialect == "sqlite":
+        if resolver is None or not self._resolving.in_one_statement:
             first = self._statements.recall_batches(
                 session_id, own, limit, aged=aged, marked=resolver is not None
             )
@@ -122,7 +122,7 @@ class Reads(TurnHistory):
             return OneStatement(statement, values, lambda rows: (rows, own))
         if not mentions:
             return OneStatement(None, None, lambda _rows: ([], []))
-        if self.store.dialect != "sqlite":
+        if self._resolving.in_one_statement:
             values = ResolvingRecall.values(session_id, mentions, limit)
             return OneStatement(
                 self._resolving.statement(aged, self.routes.routed()),
