@@ -67,7 +67,7 @@ def test_the_one_statement_save_resolves_as_the_general_one(
 ) -> None:
     turns = _conversation(seed)
     saved_in_one_trip = 0
-    one_trip, route = Routes._one_trip, Routes.route
+    one_trip, route = Routes._pipelined, Routes.route
 
     def counted(self: Routes, *args: Any) -> tuple[bool, Any]:
         nonlocal saved_in_one_trip
@@ -80,7 +80,7 @@ def test_the_one_statement_save_resolves_as_the_general_one(
         return Route.UNIT_OF_WORK if chosen is Route.ONE_TRIP else chosen
 
     with Store(postgres_url) as store:
-        monkeypatch.setattr(Routes, "_one_trip", counted)
+        monkeypatch.setattr(Routes, "_pipelined", counted)
         single = _outcome(store, "single", turns)
         monkeypatch.setattr(Routes, "route", never_one_trip)
         general = _outcome(store, "general", turns)

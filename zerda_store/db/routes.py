@@ -121,7 +121,7 @@ class Routes:
         self.store.check_writable()
         route = self.route(save)
         if route is Route.ONE_TRIP:
-            stored, value = self._one_trip(save)
+            stored, value = self._pipelined(self._trip(save))
             if stored:
                 return value
             route = Route.UNIT_OF_WORK
@@ -132,41 +132,48 @@ class Routes:
         store = self.store
         store.check_writable()
         route = self.route(save, may_read=False)
+        trip = None
         if route is Route.ONE_TRIP:
             trip = self._trip(save)
-            rows = await loop_writes.write(store, trip[0], _stored(trip[1]))
+            steps, one_trip = trip
+            rows = await loop_writes.write(store, steps, _stored(one_trip))
             if not isinstance(rows, loop_writes.NotSent):
-                stored, value = trip[1].outcome(rows)
+                stored, value = one_trip.outcome(rows)
                 if stored:
                     return value
                 return await store.awrite(save.unit(False), save.lock)
         elif route is not None:
             return await store.awrite(save.unit(route is Route.ROUTED), save.lock)
-
         # On a database thread, one hop: the route chosen (it may read, once a store), the
         # one trip if chosen, the unit of work if still needed.
+        chosen: Route | None = route
+
         def first(before_send: Callable[[], None]) -> tuple[bool, T]:
-            if self.route(save) is not Route.ONE_TRIP:
+            nonlocal chosen
+            chosen = self.route(save)
+            if chosen is not Route.ONE_TRIP:
                 return False, None  # type: ignore[return-value]
             before_send()  # a cancellation until here stops the save
-            return self._one_trip(save)
+            return self._pipelined(trip or self._trip(save))
 
         def then() -> tuple[Callable[[Transaction], T], SessionLock]:
-            return save.unit(self.route(save) is Route.ROUTED), save.lock
+            return save.unit(chosen is Route.ROUTED), save.lock
 
         return await store.awrite_in_one_trip(first, then)
 
     def _trip(self, save: Save[T]) -> tuple[list[tuple[Runnable, Any]], OneTrip[T]]:
-        """The pipeline of ``save``'s one trip (its session's lock, then its statement)."""
+        """``save``'s one trip: the pipeline's steps (its session's lock, then its
+        statement), and the statement with what its rows say."""
         assert save.one_trip is not None
         trip = save.one_trip()
         lock = self.store.statements(SessionLockStatements).shared
         steps = [(lock, {"session_id": save.lock.session_id}), (trip.statement, trip.values)]
         return steps, trip
 
-    def _one_trip(self, save: Save[T]) -> tuple[bool, T]:
-        steps, trip = self._trip(save)
-        return trip.outcome(write_pipelined(self.store, steps))
+    def _pipelined(self, trip: tuple[list[tuple[Runnable, Any]], OneTrip[T]]) -> tuple[bool, T]:
+        """The one trip sent from this thread (:func:`execution.pipeline.write_pipelined`)."""
+        steps, one_trip = trip
+        return one_trip.outcome(write_pipelined(self.store, steps))
 
     # -- short reads ----------------------------------------------------------------------
 
