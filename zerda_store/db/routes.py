@@ -13,7 +13,7 @@ is sent, from what they know of the store:
   of work, every statement routed whole to the session's shard (inserts as ``VALUES``).
 
 :meth:`Routes.save` and :meth:`Routes.asave` run the same steps in the same order: the
-store checked writable, the route chosen, the one trip (if chosen), then the unit of work
+route chosen, the store checked writable, the one trip (if chosen), then the unit of work
 (if still needed). The async save differs only in where each step runs: a one trip
 whose route is known without a read is sent from the event loop (:mod:`aio.loop_writes`)
 when an idle connection is at hand, everything else on a database thread, one hop.
@@ -117,8 +117,8 @@ class Routes:
     # -- saves ----------------------------------------------------------------------------
 
     def save(self, save: Save[T]) -> T:
-        """Write ``save`` by its route (see the module)."""
-        self.store.check_writable()
+        """Write ``save`` by its route (see the module); each route checks the store is
+        writable before it sends anything."""
         route = self.route(save)
         if route is Route.ONE_TRIP:
             stored, value = self._pipelined(self._trip(save))
@@ -130,8 +130,8 @@ class Routes:
     async def asave(self, save: Save[T]) -> T:
         """:meth:`save`, awaited: the same steps, each where it costs least (see the module)."""
         store = self.store
-        store.check_writable()
         route = self.route(save, may_read=False)
+        store.check_writable()  # the event loop's one trip checks nothing itself
         trip = None
         if route is Route.ONE_TRIP:
             trip = self._trip(save)
