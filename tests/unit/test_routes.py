@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from zerda_store.db.execution.unit_of_work import SessionLock
 from zerda_store.db.routes import OneTrip, Route, Routes, Save
 
 
@@ -22,7 +21,7 @@ def _save(*, one_trip: bool) -> Save[None]:
         return lambda _transaction: None
 
     trip = (lambda: OneTrip(None, {}, lambda _rows: (True, None))) if one_trip else None
-    return Save(SessionLock("s"), unit, trip)  # type: ignore[arg-type]
+    return Save("s", unit, trip)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -65,20 +65,20 @@ class OneTrip(Generic[T]):
 
 
 class Save(Generic[T]):
-    """What a save writes: its session (``lock``); ``unit(routed)``, its unit of work,
-    built when needed (``routed``: every statement must be one Citus routes whole to the
-    session's shard); and ``one_trip()``, the one statement it may be written as instead
-    (None: it may not), built only where that route is taken."""
+    """What a save writes: its session (whose lock it takes shared); ``unit(routed)``, its
+    unit of work, built when needed (``routed``: every statement must be one Citus routes
+    whole to the session's shard); and ``one_trip()``, the one statement it may be written
+    as instead (None: it may not), built only where that route is taken."""
 
-    __slots__ = ("lock", "one_trip", "unit")
+    __slots__ = ("one_trip", "session_id", "unit")
 
     def __init__(
         self,
-        lock: SessionLock,
+        session_id: str,
         unit: Callable[[bool], Callable[[Transaction], T]],
         one_trip: Callable[[], OneTrip[T]] | None = None,
     ) -> None:
-        self.lock = lock
+        self.session_id = session_id
         self.unit = unit
         self.one_trip = one_trip
 
@@ -125,7 +125,7 @@ class Routes:
             if stored:
                 return value
             route = Route.UNIT_OF_WORK
-        return self.store.write(save.unit(route is Route.ROUTED), save.lock)
+        return self.store.write(save.unit(route is Route.ROUTED), SessionLock(save.session_id))
 
     async def asave(self, save: Save[T]) -> T:
         """:meth:`save`, awaited: the same steps, each where it costs least (see the module)."""
@@ -141,9 +141,10 @@ class Routes:
                 stored, value = one_trip.outcome(rows)
                 if stored:
                     return value
-                return await store.awrite(save.unit(False), save.lock)
+                return await store.awrite(save.unit(False), SessionLock(save.session_id))
         elif route is not None:
-            return await store.awrite(save.unit(route is Route.ROUTED), save.lock)
+            routed = route is Route.ROUTED
+            return await store.awrite(save.unit(routed), SessionLock(save.session_id))
         # On a database thread, one hop: the route chosen (it may read, once a store), the
         # one trip if chosen, the unit of work if still needed.
         chosen: Route | None = route
@@ -157,7 +158,7 @@ class Routes:
             return self._pipelined(trip or self._trip(save))
 
         def then() -> tuple[Callable[[Transaction], T], SessionLock]:
-            return save.unit(chosen is Route.ROUTED), save.lock
+            return save.unit(chosen is Route.ROUTED), SessionLock(save.session_id)
 
         return await store.awrite_in_one_trip(first, then)
 
@@ -167,7 +168,7 @@ class Routes:
         assert save.one_trip is not None
         trip = save.one_trip()
         lock = self.store.statements(SessionLockStatements).shared
-        steps = [(lock, {"session_id": save.lock.session_id}), (trip.statement, trip.values)]
+        steps = [(lock, {"session_id": save.session_id}), (trip.statement, trip.values)]
         return steps, trip
 
     def _pipelined(self, trip: tuple[list[tuple[Runnable, Any]], OneTrip[T]]) -> tuple[bool, T]:

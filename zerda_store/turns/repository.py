@@ -84,7 +84,7 @@ class Repository(Reads):
         one_trip = None
         if rules is not None and (session_id, rules.name) in self._known:
             one_trip = partial(self._one_trip, session_id, turn)
-        return Save(SessionLock(session_id), partial(self._turn_unit, session_id, turn), one_trip)
+        return Save(session_id, partial(self._turn_unit, session_id, turn), one_trip)
 
     def _one_trip(self, session_id: str, turn: NewTurn) -> OneTrip[int | None]:
         statement = self.store.statements(SingleTripSave).statement
@@ -128,7 +128,7 @@ class Repository(Reads):
         if not new_turns:
             return []
         saved_ids = self.routes.save(
-            Save(SessionLock(session_id), partial(self._turns_unit, session_id, new_turns))
+            Save(session_id, partial(self._turns_unit, session_id, new_turns))
         )
         analyze_after(self.store, len(saved_ids))
         return saved_ids
