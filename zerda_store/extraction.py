@@ -133,12 +133,13 @@ class _Parsed(list):  # type: ignore[type-arg]
 _parsed_entity = functools.lru_cache(maxsize=16384)(ExtractedEntity)
 
 
-async def extract_async(extractor: Extractor, text: str, executor: Executor | None) -> Any:
-    """Run an extractor from async code: an ``aextract`` (or a coroutine ``extract``)
-    awaited on the event loop; a synchronous one on ``executor``'s threads, never on it."""
-    aextract = getattr(extractor, "aextract", None)
-    if aextract is not None and getattr(extractor, "is_async", True):
-        return await aextract(text)
+async def aextract(extractor: Extractor, text: str, executor: Executor | None) -> Any:
+    """``extractor.extract(text)`` from async code: its ``aextract`` (or a coroutine
+    ``extract``) awaited on the event loop; a synchronous one on ``executor``'s threads,
+    never on the loop."""
+    awaitable = getattr(extractor, "aextract", None)
+    if awaitable is not None and getattr(extractor, "is_async", True):
+        return await awaitable(text)
     if inspect.iscoroutinefunction(extractor.extract):
         return await extractor.extract(text)
     loop = asyncio.get_running_loop()
@@ -303,7 +304,7 @@ class ExtractionService:
     async def aextract(
         self, text: str, extractor: Extractor | None = None, executor: Executor | None = None
     ) -> ExtractionResult:
-        """:meth:`extract` from async code (:func:`extract_async`): an async LLM or
+        """:meth:`extract` from async code (:func:`aextract`): an async LLM or
         extractor is awaited, a synchronous one runs on ``executor``. Cancellation goes
         through; every other failure is a failed result, as in :meth:`extract`."""
         extractor, name = self._named(extractor)
@@ -318,7 +319,7 @@ class ExtractionService:
     ) -> ExtractionResult:
         started = time.perf_counter()
         try:
-            found = await extract_async(extractor, text, executor)
+            found = await aextract(extractor, text, executor)
         except Exception as exc:  # extraction must never break a chat turn
             return self._failed(name, exc, started)
         return self._result(name, found, started)

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 
 from tests.doubles import AsyncKeywordLLM, KeywordLLM, ThreadRecordingLLM, direct_url
 from zerda_store import ConversationEntityMemory, Store, StoreError
+from zerda_store.db.routes import Route, Routes
 from zerda_store.turns.attachment import Attachment
-from zerda_store.turns.repository import Repository
 
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
 
@@ -180,8 +180,13 @@ async def test_cancelled_inside_the_transaction_leaves_no_partial_turn(
 
     monkeypatch.setattr(Attachment, "run", slow_run)
     # The general unit of work on Postgres too (not the one-trip pipeline).
-    monkeypatch.setattr(Repository, "one_trip_save", lambda *_: None)
-    monkeypatch.setattr(Repository, "one_trip_steps", lambda *_: None)
+    route = Routes.route
+
+    def never_one_trip(self: Routes, *args: Any, **options: Any) -> Route | None:
+        chosen = route(self, *args, **options)
+        return Route.UNIT_OF_WORK if chosen is Route.ONE_TRIP else chosen
+
+    monkeypatch.setattr(Routes, "route", never_one_trip)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(
             memory.asave_context({"input": "Sarah left"}, {"output": "bye"}), 0.3

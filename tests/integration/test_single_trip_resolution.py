@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.turns.repository import Repository
+from zerda_store.db.routes import Route, Routes
 
 pytestmark = pytest.mark.postgres
 
@@ -67,18 +67,22 @@ def test_the_one_statement_save_resolves_as_the_general_one(
 ) -> None:
     turns = _conversation(seed)
     saved_in_one_trip = 0
-    one_trip = Repository._save_in_one_trip
+    one_trip, route = Routes._pipelined, Routes.route
 
-    def counted(self: Repository, *args: Any) -> tuple[bool, int | None]:
+    def counted(self: Routes, *args: Any) -> tuple[bool, Any]:
         nonlocal saved_in_one_trip
         done = one_trip(self, *args)
         saved_in_one_trip += done[0]
         return done
 
+    def never_one_trip(self: Routes, *args: Any, **options: Any) -> Route | None:
+        chosen = route(self, *args, **options)
+        return Route.UNIT_OF_WORK if chosen is Route.ONE_TRIP else chosen
+
     with Store(postgres_url) as store:
-        monkeypatch.setattr(Repository, "_save_in_one_trip", counted)
+        monkeypatch.setattr(Routes, "_pipelined", counted)
         single = _outcome(store, "single", turns)
-        monkeypatch.setattr(Repository, "_single_trip_fits", lambda *_a, **_k: False)
+        monkeypatch.setattr(Routes, "route", never_one_trip)
         general = _outcome(store, "general", turns)
 
     assert single == general

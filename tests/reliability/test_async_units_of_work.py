@@ -28,9 +28,10 @@ from zerda_store import (
     Store,
     StoreError,
 )
+from zerda_store.db import routes
+from zerda_store.db.aio import loop_writes
 from zerda_store.db.execution.driver import compile_statement
 from zerda_store.db.execution.unit_of_work import Transaction
-from zerda_store.turns import repository
 
 # Only a guard, so that a call that waits forever fails the test instead of hanging it.
 HANG_GUARD_SECONDS = 60
@@ -50,7 +51,11 @@ def _scalar(database_url: str, sql: str, **values: Any) -> Any:
 def _on_threads_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Postgres: async saves go to the database threads, never from the event loop
     (:mod:`db.loop_writes`), so that these tests see the thread path's rules."""
-    monkeypatch.setattr(repository.Repository, "one_trip_steps", lambda *_: None)
+
+    async def not_sent(*_: Any) -> loop_writes.NotSent:
+        return loop_writes.NOT_SENT
+
+    monkeypatch.setattr(loop_writes, "write", not_sent)
 
 
 def closed_connections(database_url: str) -> bool:
@@ -407,7 +412,7 @@ async def test_a_save_cancelled_while_its_one_trip_pipeline_runs_reports_it_stor
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="piped")
         await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
         _on_threads_only(monkeypatch)
-        pipelined = repository.write_pipelined
+        pipelined = routes.write_pipelined
 
         def slow_answer(*args: Any) -> Any:
             rows = pipelined(*args)
@@ -415,7 +420,7 @@ async def test_a_save_cancelled_while_its_one_trip_pipeline_runs_reports_it_stor
             go_on.wait(HANG_GUARD_SECONDS)
             return rows
 
-        monkeypatch.setattr(repository, "write_pipelined", slow_answer)
+        monkeypatch.setattr(routes, "write_pipelined", slow_answer)
         task = asyncio.ensure_future(
             memory.asave_context({"input": "Sarah again"}, {"output": "ok"}, idempotency_key="p1")
         )
@@ -444,14 +449,15 @@ async def test_a_save_cancelled_while_it_decides_on_one_trip_is_not_stored(
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="early")
         await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
         _on_threads_only(monkeypatch)
-        decide = repository.Repository.one_trip_save
+        decide = routes.Routes.route
 
-        def slow_decision(self: Any, *args: Any) -> Any:
-            deciding.set()
-            go_on.wait(HANG_GUARD_SECONDS)
-            return decide(self, *args)
+        def slow_decision(self: Any, *args: Any, may_read: bool = True) -> Any:
+            if may_read:  # on the database thread
+                deciding.set()
+                go_on.wait(HANG_GUARD_SECONDS)
+            return decide(self, *args, may_read=may_read)
 
-        monkeypatch.setattr(repository.Repository, "one_trip_save", slow_decision)
+        monkeypatch.setattr(routes.Routes, "route", slow_decision)
         task = asyncio.ensure_future(
             memory.asave_context({"input": "Sarah again"}, {"output": "ok"}, idempotency_key="e1")
         )

@@ -342,6 +342,12 @@ class Store:
         self.check_writable()
         return await self._aio.write_in_one_trip(first, then)
 
+    async def arun(self, call: Callable[[], T]) -> T:
+        """Run ``call``, sync code that runs units of work of its own (a batched prune), on
+        one of the store's database threads (the writer's on SQLite), awaited; never on the
+        event loop's default executor."""
+        return await self._aio.run(call)
+
     async def aread(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
         """:meth:`read`, awaited: run on one of the async part's database threads."""
         return await self._aio.read(work, snapshot=snapshot)

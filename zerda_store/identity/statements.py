@@ -11,7 +11,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
-from ..db.execution.statements import Statements, dialect_insert, param, session_param
+from ..db.execution.statements import (
+    Statements,
+    binds_arrays,
+    dialect_insert,
+    param,
+    session_param,
+)
 from ..db.schema import (
     contexts,
     entities,
@@ -26,7 +32,7 @@ from ..db.schema import (
 def _in_list(column: Any, dialect: Dialect) -> Any:
     """``column`` among the keys of ``:keys``: one array on Postgres, a JSON array read by
     ``json_each`` on SQLite, so that one statement serves any number of keys."""
-    if dialect.name == "postgresql":
+    if binds_arrays(dialect):
         return column == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String)))
     values = sa.func.json_each(sa.bindparam("keys", type_=sa.JSON)).table_valued("value")
     return column.in_(sa.select(values.c.value))

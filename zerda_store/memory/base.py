@@ -243,7 +243,7 @@ class MemoryCore:
         """Before a save: a session idle past its ``session_idle`` is pruned first, so the
         new turn does not bring what expired back into view."""
         policy = self._policy.get()
-        if policy is None or policy.general.session_idle is None:
+        if policy is None:
             return
         if self._policies.visibility(self.session_id, policy, self._now()).idle_expired:
             self._pruner().prune(self.session_id)

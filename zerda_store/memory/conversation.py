@@ -14,9 +14,7 @@ from typing import Any
 from ..db.store import Store
 from ..errors import KeyRulesMismatchError
 from ..model.names import EXACT, FOLD_V2, FOLD_V2_CASELESS
-from ..model.records import (
-    ForgetReceipt,
-)
+from ..model.records import ForgetReceipt, turn_text
 from ..retention.policy import describe, make_rule, type_scope
 from ..telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
 from ..telemetry.operations import current as observed_operation
@@ -118,12 +116,13 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         With ``idempotency_key``, a second call with the same key in this session does nothing.
         """
         key = checked_key(idempotency_key)
-        if key is not None:
-            self._texts(inputs, outputs)
-            if self._repository.has_turn(self.session_id, key):
-                return
+        texts = self._texts(inputs, outputs)
+        if key is not None and self._repository.has_turn(self.session_id, key):
+            return
+        self.store.check_writable()  # before extraction: no model call for a refused write
         self._expire_if_idle()
-        self._repository.save_turn(self.session_id, self._turn(inputs, outputs, key))
+        turn = self._new_turn(texts, self._extract(turn_text(*texts)), key)
+        self._repository.save_turn(self.session_id, turn)
 
     @observed(UPDATE)
     def save_contexts(self, pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> int:

@@ -90,10 +90,24 @@ class Policies:
         return None if policy is None else self.visibility(session_id, policy, now)
 
     def visibility(self, session_id: str, policy: Policy, now: float) -> Visibility:
-        last = None
-        if policy.general.session_idle is not None:
-            last = self.store.read(lambda t: self.last_activity(t, session_id))
-        return visibility(policy, now, last)
+        """What reads of ``session_id`` may show at ``now`` under ``policy`` (the rule: a
+        policy that expires idle sessions reads the session's last activity first)."""
+        read = self._last_activity_read(session_id, policy)
+        return visibility(policy, now, None if read is None else self.store.read(read))
+
+    async def avisibility(self, session_id: str, policy: Policy, now: float) -> Visibility:
+        """:meth:`visibility`, its read awaited."""
+        read = self._last_activity_read(session_id, policy)
+        return visibility(policy, now, None if read is None else await self.store.aread(read))
+
+    def _last_activity_read(
+        self, session_id: str, policy: Policy
+    ) -> Callable[[Transaction], float | None] | None:
+        """The read the visibility of ``session_id`` needs: its last activity, when
+        ``policy`` expires idle sessions; else None (nothing to read)."""
+        if policy.general.session_idle is None:
+            return None
+        return lambda transaction: self.last_activity(transaction, session_id)
 
 
 class StorePolicies:

@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ..db.execution.statements import whole_table_joins
 from ..db.schema import (
     contexts,
     entities,
@@ -115,12 +116,13 @@ def export_session(
         .order_by(judged.decided_at, judged.key_a, judged.key_b)
     )
     with store.query() as connection:
-        if store.dialect == "postgresql":
+        joins = whole_table_joins(store.engine.dialect)
+        if joins is not None:
             # Whole sessions are read: joined by hash or merge, not row by row. Before the
             # tables have statistics (right after a large import) the planner takes a
             # session for a few rows, and a nested loop then joined each turn to every
             # ledger row of the session (quadratic: 70,000 turns took tens of minutes).
-            connection.exec_driver_sql("SET LOCAL enable_nestloop = off")
+            connection.exec_driver_sql(joins)
         streaming = connection.execution_options(yield_per=PAGE_SIZE)
         for kind, query in (
             ("turn", with_ledger),

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 from ..db.execution.driver import compile_statement
-from ..db.execution.statements import session_param
+from ..db.execution.statements import custom_plans, session_param
 from ..db.execution.unit_of_work import SessionLock, Transaction
 from ..db.schema import entities, turns
 from ..db.sharding import distributed
@@ -64,14 +64,7 @@ class ImportStatements:
         # per connection and kept; made while a new database's tables were nearly empty, it
         # may read every turn of the session so far by the session alone (a copy of 100,000
         # turns into a new database then read about 5·10⁹ index entries).
-        self.custom_plans = (
-            compile_statement(
-                sa.select(sa.func.set_config("plan_cache_mode", "force_custom_plan", True)),
-                dialect,
-            )
-            if dialect.name == "postgresql"
-            else None
-        )
+        self.custom_plans = custom_plans(dialect)
 
 
 class Importer:

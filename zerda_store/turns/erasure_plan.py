@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..db.execution.unit_of_work import SessionLock, Transaction
+from ..db.execution.unit_of_work import SessionLock, Transaction, writers_poll
 from ..model.names import name_key
 from ..model.records import ForgetReceipt
 from .erasure_statements import ErasureStatements
@@ -115,7 +115,7 @@ def pause_after(dialect: str, lock: SessionLock | None, took: float) -> float:
     """How long to wait after a batch before the next: on SQLite, whose waiting writers
     poll for the one write lock (they are not queued), as long as the batch took (at most
     ``BATCH_PAUSE``), so that they get it in between; elsewhere none."""
-    if lock is None or dialect != "sqlite":
+    if lock is None or not writers_poll(dialect):
         return 0.0
     return min(took, BATCH_PAUSE)
 

@@ -55,10 +55,9 @@ class LedgerStatements:
         waiting = sa.select(extractions.c.id).where(
             ledger_of_turn, extractions.c.status == "failed"
         )
-        # Postgres: the row stays locked until the repair commits; SQLite has one writer.
-        self.waiting = compiled(
-            waiting.with_for_update() if dialect.name == "postgresql" else waiting
-        )
+        # Postgres: the row stays locked until the repair commits (SQLite, which has one
+        # writer, compiles no FOR UPDATE).
+        self.waiting = compiled(waiting.with_for_update())
         self.set_names = compiled(
             turns.update()
             .where(turns.c.session_id == session_param(), turns.c.id == param("turn_id"))

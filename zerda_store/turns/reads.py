@@ -14,7 +14,7 @@ from operator import ne
 from typing import Any
 
 from ..db.execution.unit_of_work import OneStatement, Transaction
-from ..db.sharding import distributed
+from ..db.routes import Routes
 from ..db.store import Store
 from ..identity.resolution import Resolver
 from ..identity.statements import IdentityStatements
@@ -38,6 +38,7 @@ class Reads(TurnHistory):
         self._resolver = Resolver(self._identity, rules) if rules is not None else None
         self.resolver = self._resolver
         self._resolving = store.statements(ResolvingRecall)
+        self.routes = Routes(store)
 
     def key_rules(self, session_id: str) -> KeyRules | None:
         """The key rules the session was keyed with, or None if none is recorded (a session
@@ -110,7 +111,7 @@ class Reads(TurnHistory):
         resolver = self._resolver
         aged = visible is not None
         own = list(dict.fromkeys(map(MENTION_KEY, mentions)))
-        if resolver is None or self.store.dialect == "sqlite":
+        if resolver is None or not self._resolving.in_one_statement:
             first = self._statements.recall_batches(
                 session_id, own, limit, aged=aged, marked=resolver is not None
             )
@@ -121,10 +122,10 @@ class Reads(TurnHistory):
             return OneStatement(statement, values, lambda rows: (rows, own))
         if not mentions:
             return OneStatement(None, None, lambda _rows: ([], []))
-        if self.store.dialect != "sqlite":
+        if self._resolving.in_one_statement:
             values = ResolvingRecall.values(session_id, mentions, limit)
             return OneStatement(
-                self._resolving.statement(aged, distributed(self.store)),
+                self._resolving.statement(aged, self.routes.routed()),
                 values,
                 partial(resolved, resolver, mentions),
             )

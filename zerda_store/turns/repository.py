@@ -12,12 +12,11 @@ same entities cannot deadlock each other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
-from ..db.execution.driver import Runnable
-from ..db.execution.pipeline import write_pipelined
-from ..db.execution.unit_of_work import SessionLock, SessionLockStatements, Transaction
-from ..db.sharding import Sharding, distributed
+from ..db.execution.unit_of_work import SessionLock, Transaction
+from ..db.routes import OneTrip, Save
 from ..db.statistics import analyze_after
 from ..db.store import Store
 from ..identity.resolution import KnownKeyRules, check_key_rules, refuse_other_rules
@@ -36,11 +35,6 @@ class Repository(Reads):
     def __init__(self, store: Store, rules: KeyRules | None = None) -> None:
         super().__init__(store, rules)
         self._known = store.statements(KnownKeyRules).checked
-        self._single_trip = (
-            store.statements(SingleTripSave)
-            if store.dialect == "postgresql" and rules is not None
-            else None
-        )
 
     def _checked_rules(self, session_id: str) -> Callable[[Transaction, float], None]:
         """What a save runs first: the session's key rules checked (and recorded by its
@@ -79,73 +73,30 @@ class Repository(Reads):
 
     def save_turn(self, session_id: str, turn: NewTurn) -> int | None:
         """Store one turn with its entities and snippets; None if its idempotency key was
-        already used in this session. On Postgres, a turn whose names need no resolution
-        is saved in one round trip (:mod:`single_trip`)."""
-        one_trip = self.one_trip_save(session_id, turn)
-        if one_trip is not None:
-            resolved, turn_id = one_trip()
-            if resolved:
-                return turn_id
-        return self.store.write(*self.save_turn_work(session_id, turn))
+        already used in this session. The store's routes choose how (:mod:`db.routes`)."""
+        return self.routes.save(self.turn_save(session_id, turn))
 
-    def one_trip_save(
-        self, session_id: str, turn: NewTurn
-    ) -> Callable[[], tuple[bool, int | None]] | None:
-        """The turn saved in one round trip, when it may be (Postgres not distributed by
-        Citus, the session's key rules checked in this store, names that need no
-        resolution), else None; tried before :meth:`save_turn_work` by the sync save and
-        the async one alike."""
-        if not self._single_trip_fits(session_id):
-            return None
-        return lambda: self._save_in_one_trip(session_id, turn)
+    def turn_save(self, session_id: str, turn: NewTurn) -> Save[int | None]:
+        """What saving one turn writes, for the sync save and the async one alike: its unit
+        of work, and the one statement it may be instead (:mod:`single_trip`) once the
+        session's key rules are checked in this store."""
+        rules = self._rules
+        one_trip = None
+        if rules is not None and (session_id, rules.name) in self._known:
+            one_trip = partial(self._one_trip, session_id, turn)
+        return Save(session_id, partial(self._turn_unit, session_id, turn), one_trip)
 
-    def _single_trip_fits(self, session_id: str, *, reading: bool = True) -> bool:
-        """On Postgres not distributed by Citus (there the statement runs in parts,
-        :mod:`db.sharding`), once the session's rules are checked. ``reading=False``: only
-        if Citus's absence is known already (it is read once per store)."""
-        if self._single_trip is None or self._checked_rules(session_id) is not _nothing:
-            return False
-        if reading:
-            return not self._distributed()
-        return self.store.statements(Sharding).distributed is False
+    def _one_trip(self, session_id: str, turn: NewTurn) -> OneTrip[int | None]:
+        statement = self.store.statements(SingleTripSave).statement
+        return OneTrip(statement, SingleTripSave.values(session_id, turn), one_trip_outcome)
 
-    def _distributed(self) -> bool:
-        """Whether Citus distributes the tables (then every insert goes as VALUES)."""
-        if self.store.dialect != "postgresql":
-            return False
-        found = distributed(self.store)
-        if found:
+    def _turn_unit(
+        self, session_id: str, turn: NewTurn, routed: bool
+    ) -> Callable[[Transaction], int | None]:
+        """The unit of work of one saved turn, its statements prepared (``routed``: inserts
+        as VALUES, :meth:`TurnStatements.route_inserts`)."""
+        if routed:
             self._statements.route_inserts()
-        return found
-
-    def _save_in_one_trip(self, session_id: str, turn: NewTurn) -> tuple[bool, int | None]:
-        """The turn saved by one statement after the session's lock, in one pipeline:
-        (True, its id, or None for an idempotency key used before); (False, None), with
-        nothing written, when its names need resolution."""
-        return one_trip_outcome(write_pipelined(self.store, self._one_trip_steps(session_id, turn)))
-
-    def one_trip_steps(self, session_id: str, turn: NewTurn) -> list[tuple[Runnable, Any]] | None:
-        """The statements of the turn's one-trip save (for :func:`one_trip_outcome`) when it
-        is known without a read that it fits (the async path sends them from the event
-        loop); else None."""
-        if not self._single_trip_fits(session_id, reading=False):
-            return None
-        return self._one_trip_steps(session_id, turn)
-
-    def _one_trip_steps(self, session_id: str, turn: NewTurn) -> list[tuple[Runnable, Any]]:
-        assert self._single_trip is not None
-        lock = self.store.statements(SessionLockStatements).shared
-        return [
-            (lock, {"session_id": session_id}),
-            (self._single_trip.statement, SingleTripSave.values(session_id, turn)),
-        ]
-
-    def save_turn_work(
-        self, session_id: str, turn: NewTurn
-    ) -> tuple[Callable[[Transaction], int | None], SessionLock]:
-        """The unit of work of one saved turn, its statements prepared, and its lock
-        (:meth:`save_turn`, and the async path's)."""
-        self._distributed()
         marked_turn = self._statements.marked_turn
         insert_turn = self._statements.turn.prepare(1) if marked_turn is None else None
         attachment = Attachment(self._statements, [turn], self._resolver)
@@ -169,14 +120,24 @@ class Repository(Reads):
             self._remember_rules(session_id)
             return turn_id
 
-        return work, SessionLock(session_id)
+        return work
 
     def save_turns(self, session_id: str, new_turns: Sequence[NewTurn]) -> list[int]:
         """Store many turns in one transaction, as a loop of :meth:`save_turn` would; a bulk
         of them leaves the tables analysed (:mod:`db.statistics`)."""
         if not new_turns:
             return []
-        self._distributed()
+        saved_ids = self.routes.save(
+            Save(session_id, partial(self._turns_unit, session_id, new_turns))
+        )
+        analyze_after(self.store, len(saved_ids))
+        return saved_ids
+
+    def _turns_unit(
+        self, session_id: str, new_turns: Sequence[NewTurn], routed: bool
+    ) -> Callable[[Transaction], list[int]]:
+        if routed:
+            self._statements.route_inserts()
         insert = self._statements.turns.prepare(len(new_turns))
         attachment = Attachment(self._statements, new_turns, self._resolver)
         insert_outcomes = self._statements.outcomes.prepare(len(new_turns))
@@ -193,9 +154,7 @@ class Repository(Reads):
             self._remember_rules(session_id)
             return ids
 
-        saved_ids = self.store.write(work, SessionLock(session_id))
-        analyze_after(self.store, len(saved_ids))
-        return saved_ids
+        return work
 
     def add_context(self, session_id: str, entity_id: int, text: str, at: float) -> float:
         """Add a snippet that belongs to no turn; it counts as newer than every turn of the

@@ -21,6 +21,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 
 from ..db.execution.driver import CompiledStatement, compile_statement
+from ..db.execution.statements import binds_arrays
 from ..db.schema import contexts, entities, entity_aliases
 from ..identity.resolution import Resolver
 from ..identity.statements import candidates_select
@@ -198,10 +199,10 @@ def _recall_by_keys(aged: bool, keyed: Any) -> Any:
 
 
 def _resolving_recall(dialect: Dialect, aged: bool, distributed: bool) -> Any:
-    if dialect.name == "postgresql" and not distributed:
+    if binds_arrays(dialect) and not distributed:
         found = _probed_candidates().cte("candidates")
         snippets = _probed_recall(found, aged)
-    elif dialect.name == "postgresql":
+    elif binds_arrays(dialect):
         # Citus plans no probe fenced by OFFSET: there, one statement its router planner
         # sends whole to the session's shard (docs/citus.md).
         found = candidates_select(dialect).cte("candidates")
@@ -239,6 +240,9 @@ class ResolvingRecall:
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
         self._compiled: dict[tuple[bool, bool], CompiledStatement] = {}
+        # Postgres: a recall's keys, as one array, resolved and read in one statement.
+        # SQLite: the own keys first, with the session's mark; this statement only if needed.
+        self.in_one_statement = binds_arrays(dialect)
 
     def statement(self, aged: bool, distributed: bool = False) -> CompiledStatement:
         """The statement for ``aged`` rows, in the shape for tables ``distributed`` by

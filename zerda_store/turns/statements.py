@@ -19,7 +19,7 @@ from sqlalchemy.engine import Dialect
 
 from ..db.execution.driver import Runnable
 from ..db.execution.multirow import compile_columns, compile_rows, row_placeholders, unnested_rows
-from ..db.execution.statements import NameList, Statements, dialect_insert
+from ..db.execution.statements import NameList, Statements, binds_arrays, dialect_insert
 from ..db.execution.unit_of_work import Transaction
 from ..db.schema import contexts, entities, extractions, in_same_session, insert_columns, turns
 from ..identity.statements import resolution_possible
@@ -186,7 +186,7 @@ class RowsInsert:
         self._insert = dialect_insert(dialect.name)
         self._finish = finish
         # Postgres: many rows as one array per column (not on Citus: :meth:`route`).
-        self._arrays = dialect.name == "postgresql"
+        self._arrays = binds_arrays(dialect)
         self._compiled: dict[int, Runnable] = {}
         self._all_compiled = False
         self._prepared: dict[int, PreparedInsert] = {}  # by row count, once met
@@ -208,8 +208,9 @@ class RowsInsert:
         """Send VALUES only, whatever the row count: Citus routes an INSERT ... VALUES to the
         session's shard, but plans an INSERT ... SELECT of arrays in parts
         (:mod:`db.sharding`)."""
-        self._arrays = False
-        self._prepared = {}
+        if self._arrays:
+            self._arrays = False
+            self._prepared = {}
 
     def compile_all(self) -> None:
         """Compile every statement some row count needs, so that inserts whose counts are
@@ -298,15 +299,16 @@ class TurnStatements(Statements):
 
     def __init__(self, dialect: Dialect) -> None:
         super().__init__(dialect)
-        # SQLite: a single save's turn, with the session's mark (None on Postgres).
-        self.marked_turn = None if dialect.name == "postgresql" else self.compiled(_marked_turn())
+        # SQLite: a single save's turn, with the session's mark (None on Postgres, whose
+        # recall resolves by one array of keys in its own statement).
+        self.marked_turn = None if binds_arrays(dialect) else self.compiled(_marked_turn())
         self.turn = RowsInsert(dialect, turns, _insert_turn_once)
         self.turns = RowsInsert(dialect, turns, lambda insert: insert.returning(turns.c.id))
         self.entities = RowsInsert(dialect, entities, entity_upsert)
         self.contexts = RowsInsert(dialect, contexts)
         self.outcomes = RowsInsert(dialect, extractions)
         # Postgres: recall keys as one array.
-        self._arrays = dialect.name == "postgresql"
+        self._arrays = binds_arrays(dialect)
 
     def route_inserts(self) -> None:
         """Inserts as VALUES only, for a database distributed by Citus (:meth:`RowsInsert.route`)."""

@@ -105,6 +105,10 @@ class AsyncPart:
         (:func:`aio.unit_of_work.write_in_one_trip`)."""
         return await async_unit_of_work.write_in_one_trip(self._database, self, first, then)
 
+    async def run(self, call: Callable[[], T]) -> T:
+        """``call`` (units of work of its own) on a database thread (:func:`aio.unit_of_work.run`)."""
+        return await async_unit_of_work.run(self, call)
+
     async def read(self, work: Callable[[Transaction], T], *, snapshot: bool = False) -> T:
         """Reads only, on a database thread (:func:`aio.unit_of_work.read`)."""
         return await async_unit_of_work.read(self._database, self, work, snapshot=snapshot)

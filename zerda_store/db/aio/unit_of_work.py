@@ -151,6 +151,13 @@ async def write_in_one_trip(
     return await _awaited(threads, job, write=True)  # type: ignore[no-any-return]
 
 
+async def run(threads: AsyncThreads, call: Callable[[], T]) -> T:
+    """``call``, which runs units of work of its own (a batched prune), on a database thread
+    (the writer's on SQLite), awaited. A cancelled caller waits for it to end."""
+    job = Job(asyncio.get_running_loop(), call)
+    return await _awaited(threads, job, write=True)  # type: ignore[no-any-return]
+
+
 async def read(
     store: Database,
     threads: AsyncThreads,

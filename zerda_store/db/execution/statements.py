@@ -57,6 +57,31 @@ def session_param() -> Any:
     return param("session_id", sa.String)
 
 
+def binds_arrays(dialect: Dialect) -> bool:
+    """Whether a list binds as one array parameter (Postgres: ``= ANY(:keys)``, ``unnest``),
+    so that one statement takes any number of keys or rows whole; SQLite's statements take a
+    JSON array (``json_each``) or one placeholder per value instead."""
+    return dialect.name == "postgresql"
+
+
+def custom_plans(dialect: Dialect) -> CompiledStatement | None:
+    """The statement that has the rest of its transaction planned for each statement's own
+    values (Postgres's ``plan_cache_mode``; a plan made once per connection may have been
+    made while the tables were nearly empty); None where every statement is planned anew
+    (SQLite)."""
+    if dialect.name != "postgresql":
+        return None
+    setting = sa.select(sa.func.set_config("plan_cache_mode", "force_custom_plan", True))
+    return compile_statement(setting, dialect)
+
+
+def whole_table_joins(dialect: Dialect) -> str | None:
+    """The SQL that has the rest of its transaction join whole sessions by hash or merge,
+    never row by row (Postgres's planner, before the tables have statistics, takes a session
+    for a few rows); None where there is no such choice (SQLite)."""
+    return "SET LOCAL enable_nestloop = off" if dialect.name == "postgresql" else None
+
+
 def dialect_insert(dialect: str) -> Any:
     """The dialect's INSERT construct (with ``on_conflict_do_...`` and ``returning``)."""
     if dialect == "postgresql":

@@ -159,6 +159,12 @@ def locked(
     return locked_work
 
 
+def writers_poll(dialect: str) -> bool:
+    """Whether writers waiting for the write lock poll for it rather than queue (SQLite's
+    busy handler): a writer of many batches then pauses between them so that they get it."""
+    return dialect == "sqlite"
+
+
 def with_retries(
     store: Database,
     retryable: Callable[[DBAPIError], bool],

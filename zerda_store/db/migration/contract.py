@@ -44,7 +44,7 @@ COMPATIBILITY_DEFAULTS: tuple[tuple[str, str, Any], ...] = (
     ("entities", "core_key", sa.Text()),
 )
 # The order a save takes the tables' locks (the turn, its entities, their snippets, its ledger
-# row: :meth:`turns.repository.Repository.save_turn_work`). Each ALTER takes its table's
+# row: :meth:`turns.repository.Repository.turn_save`). Each ALTER takes its table's
 # exclusive lock, so the contract takes them in this order too: the other order deadlocked
 # with the saves (on Citus, a distributed deadlock over the shards' locks).
 SAVE_LOCK_ORDER = ("session_key_rules", "turns", "entities", "contexts", "extractions")

@@ -9,14 +9,13 @@ store's LLM threads.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, Self
 
 from ...extraction import ExtractionResult
 from ...model.records import ForgetReceipt, turn_text
-from ...retention.policy import Visibility, visibility
+from ...retention.policy import Visibility
 from ...telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall, observed
 from ...telemetry.operations import current as observed_operation
 from ...turns.aio.repository import AsyncRepository
@@ -52,11 +51,7 @@ class AsyncMethods(MemoryCore):
         policy = await self._policy.aget()
         if policy is None:
             return None
-        last = None
-        if policy.general.session_idle is not None:
-            policies, session_id = self._policies, self.session_id
-            last = await self.store.aread(lambda t: policies.last_activity(t, session_id))
-        return visibility(policy, self._now(), last)
+        return await self._policies.avisibility(self.session_id, policy, self._now())
 
     async def _acheck_key_rules(self) -> None:
         """:meth:`_check_key_rules`, its read awaited."""
@@ -65,11 +60,14 @@ class AsyncMethods(MemoryCore):
             await self.store.aread(check)
 
     async def _aexpire_if_idle(self) -> None:
-        """:meth:`_expire_if_idle` (a rare, batched prune) on a thread, when a policy
-        expires idle sessions."""
+        """:meth:`_expire_if_idle`, awaited: the rule's read awaited, the (rare, batched)
+        prune on one of the store's database threads."""
         policy = await self._policy.aget()
-        if policy is not None and policy.general.session_idle is not None:
-            await asyncio.to_thread(self._expire_if_idle)
+        if policy is None:
+            return
+        if (await self._policies.avisibility(self.session_id, policy, self._now())).idle_expired:
+            pruner, session_id = self._pruner(), self.session_id
+            await self.store.arun(lambda: pruner.prune(session_id))
 
     @observed(UPDATE)
     async def asave_context(

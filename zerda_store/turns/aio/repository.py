@@ -1,14 +1,9 @@
 """The repository's saves and reads, awaited: the same units of work as
-:class:`repository.Repository` builds for its sync methods (``..._work``), run on the
-store's database threads (:meth:`Store.awrite`, :meth:`Store.aread`).
-
-On SQLite the two reads of a turn (the recall and the idempotency key's check) run on the
-event loop itself: each is one or two indexed statements on a local file, tens of
-microseconds of CPU, less than the hand-off to a thread and back costs (two thread
-wake-ups). On Postgres they are one statement each, sent from the event loop on an idle
-connection, the loop serving other requests while the server answers
-(:mod:`db.loop_reads`), and so is a save that fits one round trip (:mod:`db.loop_writes`).
-Every other read and write goes to a database thread.
+:class:`repository.Repository` builds for its sync methods (``..._work``, and the save
+:meth:`Repository.turn_save` describes), run on the store's database threads
+(:meth:`Store.awrite`, :meth:`Store.aread`), except where the store's routes send them
+from the event loop (:mod:`db.routes`: a turn's two short reads, and a save that fits one
+round trip).
 """
 
 from __future__ import annotations
@@ -16,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ...db.aio import loop_reads, loop_writes
-from ...db.execution.unit_of_work import OneStatement
 from ...model.records import EntityRecord, Mention, NewTurn, SessionStats
 from ...retention.policy import Visibility
-from ..repository import Repository, one_trip_outcome
+from ..repository import Repository
 from ..rows import recalled
 
 T = TypeVar("T")
@@ -36,33 +29,10 @@ class AsyncRepository:
         self.store = repository.store
 
     async def save_turn(self, session_id: str, turn: NewTurn) -> int | None:
-        """:meth:`Repository.save_turn`, awaited: on Postgres a turn that fits is saved in
-        one round trip, as there: from the event loop when an idle connection is at hand
-        and nothing needs reading first, else on a database thread."""
+        """:meth:`Repository.save_turn`, awaited: the same save, by the same routes
+        (:meth:`db.routes.Routes.asave`)."""
         repository = self._repository
-        if self.store.dialect != "postgresql":
-            return await self.store.awrite(*repository.save_turn_work(session_id, turn))
-        steps = repository.one_trip_steps(session_id, turn)
-        if steps is not None:
-            self.store.check_writable()
-            rows = await loop_writes.write(self.store, steps, _stored)
-            if not isinstance(rows, loop_writes.NotSent):
-                done, turn_id = one_trip_outcome(rows)
-                if done:
-                    return turn_id
-                return await self.store.awrite(*repository.save_turn_work(session_id, turn))
-
-        def first(before_send: Callable[[], None]) -> tuple[bool, int | None]:
-            # On the thread: deciding whether one trip fits may read (once a store).
-            one_trip = repository.one_trip_save(session_id, turn)
-            if one_trip is None:
-                return False, None
-            before_send()  # a cancellation until here stops the save
-            return one_trip()
-
-        return await self.store.awrite_in_one_trip(
-            first, lambda: repository.save_turn_work(session_id, turn)
-        )
+        return await repository.routes.asave(repository.turn_save(session_id, turn))
 
     async def has_turn(self, session_id: str, idempotency_key: str) -> bool:
         """:meth:`Repository.has_turn`, awaited."""
@@ -78,14 +48,8 @@ class AsyncRepository:
         return recalled(rows, unique, visible)
 
     async def _short_read(self, work: Callable[[Any], T]) -> T:
-        """A read of a statement or two: on SQLite run here, on the event loop (see the
-        module); on Postgres one statement is sent from the event loop (:mod:`aio.loop_reads`),
-        anything else goes to a database thread."""
-        if self.store.dialect == "sqlite":
-            return self.store.read(work)
-        if isinstance(work, OneStatement):
-            return await loop_reads.read(self.store, work)
-        return await self.store.aread(work)
+        """A read of a statement or two, where it costs least (:meth:`db.routes.Routes.aread`)."""
+        return await self._repository.routes.aread(work)
 
     async def entity_details(
         self, session_id: str, mention: Mention, limit: int, visible: Visibility | None
@@ -104,9 +68,3 @@ class AsyncRepository:
         """:meth:`Repository.stats`, awaited."""
         work = self._repository.stats_work(session_id, visible)
         return await self.store.aread(work, snapshot=visible is not None)
-
-
-def _stored(rows: list[Any]) -> bool:
-    """Whether a one-trip save's turn is stored (by it, or for an idempotency key used
-    before, by an earlier call); not when its names need resolution."""
-    return one_trip_outcome(rows)[0]

@@ -1,0 +1,50 @@
+"""The one place that chooses how a save is sent (:mod:`zerda_store.db.routes`): its choice
+for each kind of store, without a database."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from zerda_store.db.routes import OneTrip, Route, Routes, Save
+
+
+def _store(dialect: str, distributed: bool | None) -> Any:
+    sharding = SimpleNamespace(distributed=distributed)
+    return SimpleNamespace(dialect=dialect, statements=lambda _factory: sharding)
+
+
+def _save(*, one_trip: bool) -> Save[None]:
+    def unit(_routed: bool) -> Any:
+        return lambda _transaction: None
+
+    trip = (lambda: OneTrip(None, {}, lambda _rows: (True, None))) if one_trip else None
+    return Save("s", unit, trip)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "distributed", "one_trip", "route"),
+    [
+        ("sqlite", False, True, Route.UNIT_OF_WORK),
+        ("sqlite", False, False, Route.UNIT_OF_WORK),
+        ("postgresql", False, True, Route.ONE_TRIP),
+        ("postgresql", False, False, Route.UNIT_OF_WORK),
+        ("postgresql", True, True, Route.ROUTED),
+        ("postgresql", True, False, Route.ROUTED),
+    ],
+)
+def test_each_store_sends_a_save_by_its_own_route(
+    dialect: str, distributed: bool, one_trip: bool, route: Route
+) -> None:
+    routes = Routes(_store(dialect, distributed))
+
+    assert routes.route(_save(one_trip=one_trip)) is route
+    assert routes.route(_save(one_trip=one_trip), may_read=False) is route
+
+
+def test_a_route_that_needs_a_read_is_not_chosen_where_nothing_may_be_read() -> None:
+    routes = Routes(_store("postgresql", None))  # whether Citus distributes it: not read yet
+
+    assert routes.route(_save(one_trip=True), may_read=False) is None

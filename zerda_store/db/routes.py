@@ -1,0 +1,193 @@
+"""How a store's saves and short reads are sent: the one place that chooses their route.
+
+A caller states *what* to write (a :class:`Save`: its session, its unit of work, and the
+one statement it may be written as instead); the store's :class:`Routes` choose *how* it
+is sent, from what they know of the store:
+
+- SQLite: the unit of work (``BEGIN IMMEDIATE``, the statements, ``COMMIT``);
+- Postgres: a save that may be one statement goes in one round trip, its session's lock
+  and the statement in one pipeline (:mod:`execution.pipeline`); when that statement finds
+  names to resolve it writes nothing and the unit of work follows. Any other save is the
+  unit of work, its session's lock first;
+- Postgres whose tables Citus distributes (:mod:`sharding`, read once per store): the unit
+  of work, every statement routed whole to the session's shard (inserts as ``VALUES``).
+
+:meth:`Routes.save` and :meth:`Routes.asave` run the same steps in the same order: the
+route chosen, the store checked writable, the one trip (if chosen), then the unit of work
+(if still needed). The async save differs only in where each step runs: a one trip
+whose route is known without a read is sent from the event loop (:mod:`aio.loop_writes`)
+when an idle connection is at hand, everything else on a database thread, one hop.
+
+A short read (a statement or two: a turn's recall, its idempotency key's check) goes, when
+awaited, where it costs least: on SQLite it runs on the event loop itself (tens of
+microseconds on a local file, less than the hand-off to a thread and back); on Postgres a
+single statement is sent from the event loop (:mod:`aio.loop_reads`), anything else goes
+to a database thread.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from .aio import loop_reads, loop_writes
+from .execution.driver import Runnable
+from .execution.pipeline import write_pipelined
+from .execution.unit_of_work import OneStatement, SessionLock, SessionLockStatements, Transaction
+from .sharding import Sharding, distributed
+from .store import Store
+
+T = TypeVar("T")
+
+
+class Route(enum.Enum):
+    """How a save is sent."""
+
+    ONE_TRIP = "one trip"  # Postgres: the session's lock and one statement, one pipeline
+    UNIT_OF_WORK = "unit of work"  # BEGIN (IMMEDIATE on SQLite), the statements, COMMIT
+    ROUTED = "routed"  # Citus: the unit of work, each statement routed to the session's shard
+
+
+class OneTrip(Generic[T]):
+    """A save written as one statement: the statement, its values, and what its rows say,
+    ``(True, value)`` once stored, ``(False, _)`` when it wrote nothing and the unit of
+    work must follow."""
+
+    __slots__ = ("outcome", "statement", "values")
+
+    def __init__(
+        self, statement: Runnable, values: Any, outcome: Callable[[list[Any]], tuple[bool, T]]
+    ) -> None:
+        self.statement = statement
+        self.values = values
+        self.outcome = outcome
+
+
+class Save(Generic[T]):
+    """What a save writes: its session (whose lock it takes shared); ``unit(routed)``, its
+    unit of work, built when needed (``routed``: every statement must be one Citus routes
+    whole to the session's shard); and ``one_trip()``, the one statement it may be written
+    as instead (None: it may not), built only where that route is taken."""
+
+    __slots__ = ("one_trip", "session_id", "unit")
+
+    def __init__(
+        self,
+        session_id: str,
+        unit: Callable[[bool], Callable[[Transaction], T]],
+        one_trip: Callable[[], OneTrip[T]] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.unit = unit
+        self.one_trip = one_trip
+
+
+class Routes:
+    """A store's routes: they know its dialect and, once read, whether Citus distributes its
+    tables. Cheap to make (each repository makes its own); what they learn is kept by the
+    store (:class:`sharding.Sharding`), read once for all of them."""
+
+    __slots__ = ("_postgres", "_sharding", "store")
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._sharding = store.statements(Sharding)
+        self._postgres = store.dialect == "postgresql"
+
+    def route(self, save: Save[Any], *, may_read: bool = True) -> Route | None:
+        """The route of ``save``; with ``may_read=False`` None when choosing it would need a
+        read (whether Citus distributes the tables, read at a store's first save)."""
+        spread = self._sharding.distributed
+        if spread is None:
+            if not may_read:
+                return None
+            spread = distributed(self.store)
+        if spread:
+            return Route.ROUTED
+        if self._postgres and save.one_trip is not None:
+            return Route.ONE_TRIP
+        return Route.UNIT_OF_WORK
+
+    def routed(self) -> bool:
+        """Whether every statement must be one Citus routes whole to its session's shard."""
+        spread = self._sharding.distributed
+        return distributed(self.store) if spread is None else spread
+
+    # -- saves ----------------------------------------------------------------------------
+
+    def save(self, save: Save[T]) -> T:
+        """Write ``save`` by its route (see the module); each route checks the store is
+        writable before it sends anything."""
+        route = self.route(save)
+        if route is Route.ONE_TRIP:
+            stored, value = self._pipelined(self._trip(save))
+            if stored:
+                return value
+            route = Route.UNIT_OF_WORK
+        return self.store.write(save.unit(route is Route.ROUTED), SessionLock(save.session_id))
+
+    async def asave(self, save: Save[T]) -> T:
+        """:meth:`save`, awaited: the same steps, each where it costs least (see the module)."""
+        store = self.store
+        route = self.route(save, may_read=False)
+        store.check_writable()  # the event loop's one trip checks nothing itself
+        trip = None
+        if route is Route.ONE_TRIP:
+            trip = self._trip(save)
+            steps, one_trip = trip
+            rows = await loop_writes.write(store, steps, _stored(one_trip))
+            if not isinstance(rows, loop_writes.NotSent):
+                stored, value = one_trip.outcome(rows)
+                if stored:
+                    return value
+                return await store.awrite(save.unit(False), SessionLock(save.session_id))
+        elif route is not None:
+            routed = route is Route.ROUTED
+            return await store.awrite(save.unit(routed), SessionLock(save.session_id))
+        # On a database thread, one hop: the route chosen (it may read, once a store), the
+        # one trip if chosen, the unit of work if still needed.
+        chosen: Route | None = route
+
+        def first(before_send: Callable[[], None]) -> tuple[bool, T]:
+            nonlocal chosen
+            chosen = self.route(save)
+            if chosen is not Route.ONE_TRIP:
+                return False, None  # type: ignore[return-value]
+            before_send()  # a cancellation until here stops the save
+            return self._pipelined(trip or self._trip(save))
+
+        def then() -> tuple[Callable[[Transaction], T], SessionLock]:
+            return save.unit(chosen is Route.ROUTED), SessionLock(save.session_id)
+
+        return await store.awrite_in_one_trip(first, then)
+
+    def _trip(self, save: Save[T]) -> tuple[list[tuple[Runnable, Any]], OneTrip[T]]:
+        """``save``'s one trip: the pipeline's steps (its session's lock, then its
+        statement), and the statement with what its rows say."""
+        assert save.one_trip is not None
+        trip = save.one_trip()
+        lock = self.store.statements(SessionLockStatements).shared
+        steps = [(lock, {"session_id": save.session_id}), (trip.statement, trip.values)]
+        return steps, trip
+
+    def _pipelined(self, trip: tuple[list[tuple[Runnable, Any]], OneTrip[T]]) -> tuple[bool, T]:
+        """The one trip sent from this thread (:func:`execution.pipeline.write_pipelined`)."""
+        steps, one_trip = trip
+        return one_trip.outcome(write_pipelined(self.store, steps))
+
+    # -- short reads ----------------------------------------------------------------------
+
+    async def aread(self, work: Callable[[Transaction], T]) -> T:
+        """A short read, awaited, where it costs least (see the module)."""
+        store = self.store
+        if not self._postgres:  # SQLite: here, on the event loop
+            return store.read(work)
+        if isinstance(work, OneStatement):
+            return await loop_reads.read(store, work)
+        return await store.aread(work)
+
+
+def _stored(trip: OneTrip[Any]) -> Callable[[list[Any]], bool]:
+    """Whether a one trip's rows say its save is stored (for a caller cancelled meanwhile)."""
+    return lambda rows: trip.outcome(rows)[0]
