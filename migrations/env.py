@@ -15,8 +15,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from zerda_store import migrate
-from zerda_store.db.migration import lock_waits
+from zerda_store.db.migration import lock_waits, migrate
 from zerda_store.db.migration.contract import COMPATIBILITY_DEFAULTS
 from zerda_store.db.schema import metadata
 from zerda_store.db.store import Store

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 from .common import (
     NAME,
+    SESSION_ID,
     Context,
     json_option,
     output,
@@ -154,7 +155,12 @@ def unmerge(obj: Context, merge_id: int, session_id: str, as_json: bool) -> None
 
 
 @click.command()
-@click.option("--session", "session_id", help="The session id (or --reason for every session).")
+@click.option(
+    "--session",
+    "session_id",
+    type=SESSION_ID,
+    help="The session id (or --reason for every session).",
+)
 @click.option(
     "--reason",
     help='Only the merges of this reason: "key rules" (made by `db upgrade` and `db rekey`), '

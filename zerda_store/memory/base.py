@@ -26,12 +26,10 @@ from ..extraction import (
 from ..identity.repository import IdentityRepository
 from ..identity.rules import mention_of, mentions_in
 from ..model.names import (
-    MAX_NAME_LENGTH,
     UNKNOWN_TYPE,
     KeyRules,
-    cached_without_ignorables,
     key_rules_for,
-    without_ignorables,
+    without_ignorable_characters,
 )
 from ..model.records import EntityRecord, Mention, NewTurn, Outcome, SessionStats, turn_text
 from ..model.templates import filler
@@ -61,16 +59,12 @@ def outcome(result: ExtractionResult) -> Outcome:
 
 
 def given_name(name: object, what: str = "entity name") -> str:
-    """A name a caller gives (to look an entity up, change it, or name an alias), taken as
-    extraction takes the names it finds: checked as text, then without the characters that
-    change no letter (``model.names.without_ignorables``, H12), so that "Sarah" followed by
-    a variation selector finds the entity a save stored as "Sarah", under any key rules."""
-    text = checked_text(name, what)
-    return (
-        cached_without_ignorables(text)
-        if len(text) <= MAX_NAME_LENGTH
-        else without_ignorables(text)
-    )
+    """A name a caller gives (to look an entity up, change it, or name an alias): checked as
+    text, then without the characters that change no letter (H12), as extraction cleans
+    the names it finds, so that "Sarah" followed by a variation selector finds the entity a
+    save stored as "Sarah", under any key rules. Its ends stay as given: under the
+    original's exact keys "Sarah " is another name."""
+    return without_ignorable_characters(checked_text(name, what))
 
 
 def checked_key(idempotency_key: str | None) -> str | None:

@@ -231,6 +231,12 @@ def without_ignorables(name: str) -> str:
     return _IGNORABLE.sub("", name).strip()
 
 
+def without_ignorable_characters(name: str) -> str:
+    """``name`` without the characters that change no letter, its ends as given: a name a
+    caller looks up ("Sarah " is not "Sarah" under the original's exact keys)."""
+    return _IGNORABLE.sub("", name)
+
+
 # :func:`without_ignorables` remembered: what extraction finds and callers look up are the
 # same few thousand names again and again. For short text only (a name, an LLM's usual
 # answer): a longer one is cleaned each time, never kept.
