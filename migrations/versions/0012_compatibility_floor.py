@@ -106,4 +106,20 @@ def _turns_distributed() -> bool:
 
 
 def downgrade() -> None:
+    _sequential_on_citus()
     op.drop_table(TABLE)
+
+
+def _sequential_on_citus() -> None:
+    """On Citus, the shards' DDL over one connection per node, as 0010's downgrade does, so
+    that the views an earlier revision's downgrade re-creates in the same transaction are
+    allowed (Citus refuses a view command after a parallel operation on a distributed
+    table)."""
+    bind = op.get_bind()
+    if (
+        bind.dialect.name == "postgresql"
+        and bind.exec_driver_sql(
+            "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+        ).scalar()
+    ):
+        op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")

@@ -31,5 +31,16 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    bind = op.get_bind()
+    if (
+        bind.dialect.name == "postgresql"
+        and bind.exec_driver_sql(
+            "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+        ).scalar()
+    ):
+        # As 0010's downgrade: the shards' DDL over one connection per node, so that the
+        # views an earlier revision's downgrade re-creates in the same transaction are
+        # allowed (Citus refuses a view command after a parallel operation).
+        op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
     with op.batch_alter_table("entity_merges") as batch:
         batch.drop_column("reported_at")
