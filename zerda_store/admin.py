@@ -25,7 +25,7 @@ from .db.schema import (
     turns,
 )
 from .db.statistics import analyze_after
-from .db.store import Store
+from .db.store import Store, StoreCore, core_of
 from .errors import SessionNotEmptyError
 from .model.names import KeyRules
 from .model.records import PendingTurn
@@ -62,9 +62,9 @@ class CopyReport:
 class AdminRepository:
     """The operators' queries over one store."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._importer = Importer(store)
+    def __init__(self, store: Store | StoreCore) -> None:
+        self.store = core_of(store)
+        self._importer = Importer(self.store)
 
     def sessions(self, *, include_expired: bool = False) -> list[SessionSummary]:
         """Every session that holds turns or entities that show (under a retention policy,
@@ -249,7 +249,7 @@ class AdminRepository:
     @observed(UPDATE, done=counts)
     def copy_to(
         self,
-        target: Store,
+        target: Store | StoreCore,
         session_ids: Iterable[str] | None = None,
         rows: Callable[[Iterable[dict[str, Any]]], Iterable[dict[str, Any]]] = lambda r: r,
         *,
@@ -266,6 +266,7 @@ class AdminRepository:
             if session_ids is not None
             else self.session_ids(include_expired=include_expired)
         )
+        target = core_of(target)
         destination = AdminRepository(target)
         copied = skipped = written = session_rules = 0
         default_rules = carry_default(self.store, target)

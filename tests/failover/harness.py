@@ -153,7 +153,7 @@ def _after(writer: Writer, moment: float) -> bool:
 
 def _check(cluster: Cluster, store: Store, writers: list[Writer], killed_at: float) -> Outcome:
     acknowledged = Counter((w.session_id, key) for w in writers for key, _ in w.acknowledged)
-    with store.query() as connection:
+    with store.connect() as connection:
         port = connection.exec_driver_sql("SELECT inet_server_port()").scalar()
         stored = Counter(
             (row.session_id, row.idempotency_key)

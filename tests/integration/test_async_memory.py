@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from tests.doubles import AsyncKeywordLLM, KeywordLLM, ThreadRecordingLLM, direct_url
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.db.routes import Route, Routes
+from zerda_store.db.store import core_of
 from zerda_store.turns.attachment import Attachment
 
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
@@ -40,7 +41,7 @@ def _count(database_url: str, sql: str) -> int:
 
 
 async def _in_use(store: Store) -> int:
-    return store.connections_in_use()
+    return core_of(store).connections_in_use()
 
 
 async def test_async_api_gives_the_sync_api_results(store: Store) -> None:

@@ -21,6 +21,7 @@ from zerda_store import (
 )
 from zerda_store.db.execution.driver import compile_statement
 from zerda_store.db.execution.unit_of_work import Transaction
+from zerda_store.db.store import core_of
 
 NAMES = ("Sarah", "Acme Corp", "Berlin", "Omar")
 
@@ -80,7 +81,7 @@ async def test_the_async_connections_of_a_read_only_store_cannot_write(database_
 
         with pytest.raises(ReadOnlyStoreError):
             # past the store's own check: the database refuses it
-            await store.aread(write, snapshot=False)
+            await core_of(store).aread(write, snapshot=False)
     assert _rows(database_url, "SELECT count(*) FROM contexts")[0][0] == 2
 
 
@@ -100,7 +101,7 @@ async def test_the_async_pool_gets_the_session_settings(postgres_url: str) -> No
         def settings(transaction: Transaction) -> list[Any]:
             return transaction.run(query)
 
-        [row] = await store.aread(settings)
+        [row] = await core_of(store).aread(settings)
     assert (row.lock_timeout, row.read_only, row.search_path) == ("1500ms", "on", "public")
 
 
@@ -172,6 +173,6 @@ async def test_a_database_the_async_pool_cannot_reach_is_unavailable_its_passwor
     secret = "s3cr3t-Pa55"
     async with Store(f"postgresql://zerda:{secret}@127.0.0.1:1/nowhere") as store:
         with pytest.raises(DatabaseUnavailableError, match="cannot connect") as caught:
-            await store.aread(lambda transaction: None)
+            await core_of(store).aread(lambda transaction: None)
     assert secret not in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__

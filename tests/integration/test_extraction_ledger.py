@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from tests.doubles import BrokenLLM, KeywordLLM, OutageLLM, say
 from zerda_store import StanzaExtractor
 from zerda_store.cli import main
+from zerda_store.db.store import core_of
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "stanza"
 NAMES = ("Sarah", "Acme Corp", "Berlin")
@@ -96,7 +97,7 @@ def test_the_llm_is_never_called_while_a_connection_is_held(make_memory):
 
     class WatchingLLM(KeywordLLM):
         def generate(self, prompt: str, max_tokens: int = 256) -> str:
-            held.append(memory.store.connections_in_use())
+            held.append(core_of(memory.store).connections_in_use())
             return super().generate(prompt, max_tokens)
 
     memory = make_memory(WatchingLLM(NAMES))

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
+from zerda_store.db.store import core_of
 from zerda_store.turns import erasure_plan
 
 TURNS = 23  # more than four batches of five
@@ -88,7 +89,7 @@ def test_other_sessions_save_while_a_long_erasure_runs(sqlite_url, small_batches
             lambda llm: ConversationEntityMemory(llm, store=erasing_store)
         )
         _slow_deletes(erasing_store, 0.1)
-        erasing_store.drop_connections()
+        core_of(erasing_store).drop_connections()
         done = threading.Event()
         erasing = threading.Thread(
             target=lambda: (memory.forget_entity("Sarah", with_turns=True), done.set())

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from tests.cli.helpers import invoke, json_of, succeeded
 from tests.doubles import NamesExtractor, new_postgres_database
 from zerda_store import ConversationEntityMemory, Store, migrate
+from zerda_store.db.store import core_of
 
 pytestmark = pytest.mark.postgres
 
@@ -40,7 +41,7 @@ def listed_url(postgres_admin: sa.Engine) -> Iterator[str]:
 def test_a_store_on_a_list_of_hosts_uses_the_one_that_answers(listed_url: str) -> None:
     with Store(listed_url) as store:
         migrate.upgrade(store)
-        with store.query() as connection:
+        with core_of(store).query() as connection:
             writable = connection.exec_driver_sql("SHOW transaction_read_only").scalar()
         assert writable == "off"
     memory = ConversationEntityMemory(

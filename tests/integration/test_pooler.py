@@ -25,6 +25,7 @@ from zerda_store import (
     StoreError,
     migrate,
 )
+from zerda_store.db.store import core_of
 
 pytestmark = pytest.mark.postgres
 
@@ -115,7 +116,7 @@ def test_threads_through_a_pooler_lose_and_double_nothing(
 ) -> None:
     bouncer: servers.PgBouncer = request.getfixturevalue(f"{mode}_pooler")
     with Store(bouncer.url(_database(direct_url))) as store:
-        assert store.prepared_statements is (None if mode == "session" else False)
+        assert core_of(store).prepared_statements is (None if mode == "session" else False)
         failures = _run_threads(store)
     assert failures == []
     assert _turns_per_session(direct_url) == {f"customer-{t}": TURNS for t in range(THREADS)}
@@ -148,7 +149,7 @@ def test_a_store_not_told_finds_the_pooler_and_prepares_nothing(
 ) -> None:
     url = transaction_pooler.url(_database(direct_url)).split("?")[0]  # no option
     with Store(url) as store:
-        assert store.prepared_statements is None
+        assert core_of(store).prepared_statements is None
         failures = _run_threads(store)
     assert failures == []
     assert _turns_per_session(direct_url) == {f"customer-{t}": TURNS for t in range(THREADS)}
@@ -191,10 +192,10 @@ def test_prepared_statements_forced_behind_a_transaction_pooler_fail_naming_the_
 
 def test_the_option_is_read_from_the_url_and_refused_on_sqlite(tmp_path: Any) -> None:
     with Store("postgresql://app@127.0.0.1:1/crm?prepared_statements=false") as store:
-        assert not store.prepared_statements
+        assert not core_of(store).prepared_statements
         assert "prepared_statements" not in str(store.engine.url)
     with Store("postgresql://app@127.0.0.1:1/crm", prepared_statements=False) as store:
-        assert store.transaction_settings is not None
+        assert core_of(store).transaction_settings is not None
     with pytest.raises(StoreError, match="takes true or false"):
         Store("postgresql://app@127.0.0.1:1/crm?prepared_statements=maybe")
     with pytest.raises(StoreError, match="Postgres only"):

@@ -22,6 +22,7 @@ from zerda_store import (
     StoreError,
     migrate,
 )
+from zerda_store.db.store import core_of
 
 NAMES = ("Sarah", "Omar")
 
@@ -101,7 +102,7 @@ def test_the_database_itself_refuses_writes_on_a_read_only_stores_connections(da
     with (
         Store(database_url, read_only=True) as store,
         pytest.raises(sa.exc.DBAPIError, match=r"read.?only"),
-        store.query() as connection,
+        core_of(store).query() as connection,
     ):
         connection.exec_driver_sql("DELETE FROM contexts")
     assert counts(database_url) == before

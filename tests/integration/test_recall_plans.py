@@ -24,6 +24,7 @@ from tests.doubles import ListedNames, driver_calls
 from zerda_store import ConversationEntityMemory
 from zerda_store.db import statistics
 from zerda_store.db.schema import metadata
+from zerda_store.db.store import core_of
 from zerda_store.turns.statements import TurnStatements
 
 pytestmark = pytest.mark.postgres
@@ -78,13 +79,15 @@ def _hot_reads(memory: ConversationEntityMemory) -> list[tuple[str, Any]]:
     exact does), an entity's details, and the idempotency check of a save."""
     mentioned = NAMES[1:4]
     store = memory.store
-    plain = store.statements(TurnStatements).recall_batches(
-        SESSION, [name.casefold() for name in mentioned], 3
+    plain = (
+        core_of(store)
+        .statements(TurnStatements)
+        .recall_batches(SESSION, [name.casefold() for name in mentioned], 3)
     )
     with driver_calls(store.engine) as sent:
         recalled = memory.load_memory_variables({"input": ", ".join(mentioned) + " | "})
         assert recalled["entity_info"].count("Previous information about") == 3
-        assert store.read(lambda transaction: transaction.run(*plain[0]))
+        assert core_of(store).read(lambda transaction: transaction.run(*plain[0]))
         assert memory.get_entity_info(NAMES[5])
         memory.save_context({"input": "Contact 007 | "}, {"output": "again"}, idempotency_key="k")
     return [

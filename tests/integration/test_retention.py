@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from tests.doubles import Clock, TypedNames
 from zerda_store import Store
 from zerda_store.admin import AdminRepository
+from zerda_store.db.store import core_of
 from zerda_store.retention.pruning import Pruner
 from zerda_store.retention.sweeper import start_sweeper
 
@@ -36,7 +37,7 @@ def save(memory, names: str, text: str) -> None:
 
 
 def stored(database_url: str, table: str, session_id: str = "s1") -> int:
-    with Store(database_url) as store, store.query() as connection:
+    with Store(database_url) as store, core_of(store).query() as connection:
         query = f"SELECT COUNT(*) FROM {table} WHERE session_id = :s"
         return int(connection.execute(sa.text(query), {"s": session_id}).scalar_one())
 
@@ -178,7 +179,7 @@ def test_an_interrupted_prune_finishes_when_run_again(memory, clock, database_ur
     planned = memory.prune(dry_run=True)
     shown_before = {name: memory.entity_store[name].contexts for name in memory.list_entities()}
     store, small = pruner(database_url, clock, batch_size=2)
-    real_write, writes = store.write, []
+    real_write, writes = core_of(store).write, []
 
     def failing_write(work, lock=None):
         if len(writes) == 3:
@@ -186,7 +187,7 @@ def test_an_interrupted_prune_finishes_when_run_again(memory, clock, database_ur
         writes.append(1)
         return real_write(work, lock)
 
-    store.write = failing_write  # type: ignore[method-assign]
+    core_of(store).write = failing_write  # type: ignore[method-assign]
     with store, pytest.raises(Interrupted):
         small.prune("s1")
     assert memory.prune(dry_run=True) != planned  # three batches went through
@@ -252,7 +253,7 @@ def test_forget_and_prune_leave_no_ledger_error_naming_the_erased_data(
 
     memory.forget_entity("Sarah Connor")
 
-    with Store(database_url) as store, store.query() as connection:
+    with Store(database_url) as store, core_of(store).query() as connection:
         errors = connection.execute(sa.text("SELECT error FROM extractions")).scalars().all()
     assert not any(error and "Sarah" in error for error in errors)
 

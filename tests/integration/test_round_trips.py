@@ -17,6 +17,7 @@ from sqlalchemy import event
 
 from tests.doubles import LongestNames
 from zerda_store import ConversationEntityMemory, Store
+from zerda_store.db.store import core_of
 
 pytestmark = pytest.mark.postgres
 
@@ -32,7 +33,7 @@ class ProtocolTrace:
     def __init__(self, store: Store) -> None:
         self._traced: list[tuple[Any, IO[bytes]]] = []
         event.listen(store.engine, "connect", self._trace)
-        store.drop_connections()  # connections opened from now on are traced
+        core_of(store).drop_connections()  # connections opened from now on are traced
 
     def _trace(self, driver_connection: Any, _record: Any) -> None:
         sink = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())

@@ -27,6 +27,7 @@ from opentelemetry.trace import StatusCode
 from tests.doubles import AsyncKeywordLLM, BrokenLLM, KeywordLLM
 from zerda_store import ConversationEntityMemory, LockTimeoutError, Store, StoreError
 from zerda_store.db.execution import unit_of_work
+from zerda_store.db.store import core_of
 from zerda_store.telemetry import Telemetry
 from zerda_store.telemetry.operations import UPDATE, observed
 
@@ -310,6 +311,7 @@ def test_without_a_provider_nothing_is_recorded_and_calls_work(sqlite_url: str) 
 import sys
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
+from zerda_store.db.store import core_of
 from zerda_store.telemetry import operations
 seen = []
 original = operations.Operation.__init__
@@ -321,7 +323,8 @@ with Store({sqlite_url!r}) as store:
     memory = ConversationEntityMemory(llm=KeywordLLM(["Sarah"]), store=store, session_id="s")
     memory.save_context({{"input": "Sarah"}}, {{"output": "ok"}})
     assert "Sarah" in memory.load_memory_variables({{"input": "Sarah"}})["entity_info"]
-    assert store.telemetry.tracer() is None and store.telemetry.instruments() is None
+    telemetry = core_of(store).telemetry
+    assert telemetry.tracer() is None and telemetry.instruments() is None
 assert seen == [], seen
 print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
 """
@@ -382,7 +385,7 @@ def test_a_retried_unit_of_work_shows_its_attempts_and_each_retry(
 
     class Caller:
         def __init__(self, store: Store) -> None:
-            self.store = store
+            self.store = core_of(store)
 
         @observed(UPDATE, "test_call")
         def call(self, work: Any) -> Any:
@@ -509,7 +512,7 @@ def test_with_child_spans_for_failures_a_retried_unit_and_a_failed_extraction_ge
 
     class Caller:
         def __init__(self, store: Store) -> None:
-            self.store = store
+            self.store = core_of(store)
 
         @observed(UPDATE, "test_call")
         def call(self, work: Any) -> Any:
@@ -555,7 +558,7 @@ def test_under_a_dropped_operation_no_child_span_is_even_started(store: Store) -
     provider = TracerProvider(sampler=Dropping())
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    store.telemetry = Telemetry(tracer_provider=provider)
+    core_of(store).telemetry = Telemetry(tracer_provider=provider)
     memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), store=store, session_id=SESSION)
     memory.save_context({"input": "Sarah works at Acme"}, {"output": "Noted."})
     asyncio.run(memory.aload_memory_variables({"input": "What about Sarah?"}))
@@ -567,7 +570,7 @@ def test_nothing_personal_leaves_with_child_spans_for_failures_only(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     recorded = Recorded(child_spans="failures")
-    store.telemetry = recorded.telemetry
+    core_of(store).telemetry = recorded.telemetry
     with caplog.at_level(logging.DEBUG, logger="zerda_store"):
         run_everything(store)
     text = every_recorded_text(recorded, caplog.records)

@@ -25,13 +25,13 @@ from zerda_store import (
     CommitOutcomeUnknownError,
     ConversationEntityMemory,
     PoolExhaustedError,
-    Store,
     StoreError,
 )
 from zerda_store.db import routes
 from zerda_store.db.aio import loop_writes
 from zerda_store.db.execution.driver import compile_statement
 from zerda_store.db.execution.unit_of_work import Transaction
+from zerda_store.db.store import StoreCore
 
 # Only a guard, so that a call that waits forever fails the test instead of hanging it.
 HANG_GUARD_SECONDS = 60
@@ -96,19 +96,19 @@ def open_connections(database_url: str) -> int:
 # -- one store, several event loops -------------------------------------------------------
 
 
-def _close(store: Store) -> None:
+def _close(store: StoreCore) -> None:
     store.close()
 
 
-def _aclose(store: Store) -> None:
+def _aclose(store: StoreCore) -> None:
     asyncio.run(store.aclose())
 
 
 @pytest.mark.parametrize("close", [_close, _aclose], ids=["close", "aclose"])
 def test_one_store_serves_two_event_loops_at_once_and_closing_it_closes_every_connection(
-    database_url: str, close: Callable[[Store], None]
+    database_url: str, close: Callable[[StoreCore], None]
 ) -> None:
-    store = Store(database_url)
+    store = StoreCore(database_url)
     counts: dict[str, int] = {}
     errors: list[BaseException] = []
 
@@ -150,7 +150,7 @@ async def test_closing_the_store_stops_its_async_threads_and_refuses_later_async
     database_url: str,
 ) -> None:
     before = set(threading.enumerate())
-    store = Store(database_url)
+    store = StoreCore(database_url)
     assert await store.awrite(lambda transaction: "written") == "written"
     assert await store.aread(lambda transaction: "read") == "read"
     assert store.llm_executor.submit(lambda: "extracted").result() == "extracted"
@@ -182,7 +182,7 @@ async def test_a_unit_of_work_runs_to_its_end_while_the_event_loop_is_busy(
     database_url: str, kind: str
 ) -> None:
     started, finished = threading.Event(), threading.Event()
-    async with Store(database_url) as store:
+    async with StoreCore(database_url) as store:
         select = compile_statement(sa.text("SELECT 1 AS one"), store.engine.dialect)
 
         def work(transaction: Transaction) -> int:
@@ -226,7 +226,7 @@ async def test_saves_end_and_give_their_connections_back_while_the_event_loop_is
     event loop (blocked here): each runs to its COMMIT and gives its connection back, and
     no connection sits idle in transaction (Postgres), however long the loop stays busy.
     (A save sent from the event loop: ``test_loop_writes.py``.)"""
-    async with Store(database_url) as store:
+    async with StoreCore(database_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="busy")
         await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
         _on_threads_only(monkeypatch)
@@ -253,7 +253,7 @@ async def test_on_sqlite_a_turn_hands_only_its_write_to_a_thread(sqlite_url: str
     """SQLite: the recall and the idempotency key's check run on the event loop (less CPU
     than a hand-off); the save goes to the store's writer thread."""
     before = set(threading.enumerate())
-    async with Store(sqlite_url) as store:
+    async with StoreCore(sqlite_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="loop")
         await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
         for n in range(3):
@@ -291,7 +291,7 @@ async def test_a_cancelled_save_is_stored_only_when_the_caller_is_told(database_
     """Saves under ``wait_for`` with timeouts from 0 to twice a save's latency, four at a
     time: a call that timed out stored nothing; one that raised CommitOutcomeUnknownError
     (cancelled after its COMMIT was sent) may be stored; one that returned is stored."""
-    async with Store(database_url) as store:
+    async with StoreCore(database_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="cancel")
         began = time.monotonic()
         for n in range(10):
@@ -336,7 +336,7 @@ async def test_a_save_cancelled_while_its_commit_runs_reports_it_stored(
 ) -> None:
     committing, go_on = threading.Event(), threading.Event()
 
-    async with Store(database_url) as store:
+    async with StoreCore(database_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="late")
         dialect = store.engine.dialect
         commit = dialect.do_commit
@@ -372,7 +372,7 @@ async def test_a_save_cancelled_again_while_its_commit_runs_reports_it_stored(
     caller the turn is stored: CancelledAfterCommitError, never a plain CancelledError."""
     committing, go_on = threading.Event(), threading.Event()
 
-    async with Store(database_url) as store:
+    async with StoreCore(database_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="twice")
         dialect = store.engine.dialect
         commit = dialect.do_commit
@@ -408,7 +408,7 @@ async def test_a_save_cancelled_while_its_one_trip_pipeline_runs_reports_it_stor
     cancellation that arrives once it is sent cannot stop it, and the caller is told."""
     sent, go_on = threading.Event(), threading.Event()
 
-    async with Store(postgres_url) as store:
+    async with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="piped")
         await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
         _on_threads_only(monkeypatch)
@@ -445,7 +445,7 @@ async def test_a_save_cancelled_while_it_decides_on_one_trip_is_not_stored(
     distributed, once a store); a cancellation that arrives then still stops it."""
     deciding, go_on = threading.Event(), threading.Event()
 
-    async with Store(postgres_url) as store:
+    async with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="early")
         await memory.asave_context({"input": "Sarah"}, {"output": "ok"})  # key rules recorded
         _on_threads_only(monkeypatch)
@@ -484,7 +484,7 @@ async def test_async_calls_beyond_the_pool_fail_naming_its_size(database_url: st
         holding.set()
         return release.wait(HANG_GUARD_SECONDS)
 
-    async with Store(database_url, async_pool_size=1, pool_timeout=0.3) as store:
+    async with StoreCore(database_url, async_pool_size=1, pool_timeout=0.3) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(), store=store, session_id="full")
         await memory.asave_context({"input": "Sarah"}, {"output": "ok"})
         busy = asyncio.ensure_future(store.awrite(hold))

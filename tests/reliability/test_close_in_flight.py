@@ -18,6 +18,7 @@ from tests.doubles import KeywordLLM
 from tests.reliability.test_async_units_of_work import closed_connections, open_connections
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.admin import AdminRepository
+from zerda_store.db.store import core_of
 
 CALLS_AT_ONCE = 4
 ROUNDS = 4
@@ -71,7 +72,9 @@ def test_closing_a_store_with_sync_calls_in_flight_closes_their_connections(
 
 
 def _given_back_by_a_unit_of_work(store: Store) -> None:
-    store.give_back(store.borrow(), reusable=False)  # to the pool, as after a failed unit
+    core_of(store).give_back(
+        core_of(store).borrow(), reusable=False
+    )  # to the pool, as after a failed unit
 
 
 def _given_back_by_a_query(store: Store) -> None:

@@ -32,6 +32,7 @@ from zerda_store import (
     migrate,
 )
 from zerda_store.db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
+from zerda_store.db.store import core_of
 
 NAMES = ("Sarah Chen", "Acme Corp")
 SESSION = "crm-errors"
@@ -226,7 +227,7 @@ def test_a_statement_timeout_is_a_store_error_and_stores_nothing(
 def test_an_exhausted_pool_is_a_store_error_that_names_its_size(database_url: str) -> None:
     with Store(database_url, pool_timeout=0.2) as store:
         memory = ConversationEntityMemory(KeywordLLM(NAMES), store=store, session_id=SESSION)
-        store.drop_connections()  # none kept aside for the next call
+        core_of(store).drop_connections()  # none kept aside for the next call
         held: list[Any] = []
         try:
             while True:  # take every connection the pool will give

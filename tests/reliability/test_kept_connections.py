@@ -9,8 +9,9 @@ import pytest
 
 import zerda_store.db.connections.idle as kept_module
 from tests.doubles import FixedLLM
-from zerda_store import ConversationEntityMemory, Store
+from zerda_store import ConversationEntityMemory
 from zerda_store.db.execution.unit_of_work import Transaction
+from zerda_store.db.store import StoreCore
 from zerda_store.turns.queries import Queries
 
 
@@ -42,7 +43,7 @@ def _alive(connection) -> bool:
 
 @pytest.mark.parametrize("child_disposes", [False, True], ids=["plain", "dispose-close-false"])
 def test_a_forked_child_never_touches_its_parents_connections(database_url, child_disposes):
-    with Store(database_url) as store:
+    with StoreCore(database_url) as store:
         memory = ConversationEntityMemory(FixedLLM("Sarah"), store=store)
         _save(memory, "parent before the fork")
         kept = store.borrow()
@@ -68,7 +69,7 @@ def test_a_forked_child_never_touches_its_parents_connections(database_url, chil
 
 
 def test_disposing_the_engine_drops_the_kept_connections(database_url):
-    with Store(database_url) as store:
+    with StoreCore(database_url) as store:
         _save(ConversationEntityMemory(FixedLLM("Sarah"), store=store), "one")
         kept = store.borrow()
         driver_connection = kept.dbapi_connection
@@ -79,7 +80,7 @@ def test_disposing_the_engine_drops_the_kept_connections(database_url):
 
 
 def test_a_failed_unit_of_work_leaves_no_transaction_open(database_url):
-    with Store(database_url) as store:
+    with StoreCore(database_url) as store:
         memory = ConversationEntityMemory(FixedLLM("Sarah"), store=store)
         _save(memory, "one")
         queries = store.statements(Queries)
@@ -97,14 +98,14 @@ def test_a_failed_unit_of_work_leaves_no_transaction_open(database_url):
 
         with pytest.raises(RuntimeError):
             store.write(note_then_fail)
-        with Store(database_url, lock_timeout=0.5) as other:
+        with StoreCore(database_url, lock_timeout=0.5) as other:
             other_memory = ConversationEntityMemory(FixedLLM("Sarah"), store=other)
             _save(other_memory, "two")  # would time out if the failed unit held a lock
         assert memory.entity_store["Sarah"].contexts == ["one ok", "two ok"]
 
 
 def test_a_connection_kept_too_long_goes_back_through_the_pool(database_url, monkeypatch):
-    with Store(database_url) as store:
+    with StoreCore(database_url) as store:
         kept = store.borrow()
         store.give_back(kept, reusable=True)
         assert store.borrow() is kept  # given back just now: used again directly

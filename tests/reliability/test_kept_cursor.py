@@ -13,9 +13,10 @@ import pytest
 import sqlalchemy as sa
 
 from tests.doubles import AsyncKeywordLLM, KeywordLLM
-from zerda_store import ConversationEntityMemory, DatabaseError, Store
+from zerda_store import ConversationEntityMemory, DatabaseError
 from zerda_store.db.execution.driver import Cursor, compile_statement, kept_cursor
 from zerda_store.db.execution.unit_of_work import OneStatement, Transaction
+from zerda_store.db.store import StoreCore
 
 pytestmark = pytest.mark.postgres
 
@@ -48,7 +49,7 @@ def _save(memory: ConversationEntityMemory, number: int) -> None:
 def test_sync_reads_make_no_cursor_and_a_save_makes_one_for_its_lock(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(KeywordLLM(PEOPLE), store=store, auto_migrate=True)
         _save(memory, 0)
         memory.load_memory_variables({"input": "Sarah Chen?"})  # every statement compiled
@@ -70,7 +71,7 @@ def test_sync_reads_make_no_cursor_and_a_save_makes_one_for_its_lock(
 def test_async_calls_use_the_connections_own_cursors(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         llm = AsyncKeywordLLM(PEOPLE)
         memory = ConversationEntityMemory(llm, store=store, auto_migrate=True)
 
@@ -92,7 +93,7 @@ def test_async_calls_use_the_connections_own_cursors(
 
 
 def test_a_driver_error_leaves_the_connection_and_its_cursor_usable(postgres_url: str) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(KeywordLLM(PEOPLE), store=store, auto_migrate=True)
         _save(memory, 0)
         failing = compile_statement(
@@ -119,7 +120,7 @@ def test_a_driver_error_leaves_the_connection_and_its_cursor_usable(postgres_url
 
 
 def test_a_lost_connections_cursor_is_not_used_again(postgres_url: str) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(KeywordLLM(PEOPLE), store=store, auto_migrate=True)
         _save(memory, 0)
         connection = store.borrow()

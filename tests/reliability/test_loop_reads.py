@@ -18,6 +18,7 @@ from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.db.aio import loop_reads
 from zerda_store.db.execution.driver import compile_statement
 from zerda_store.db.execution.unit_of_work import OneStatement
+from zerda_store.db.store import core_of
 
 pytestmark = pytest.mark.postgres
 
@@ -81,8 +82,8 @@ def test_a_driver_error_is_raised_as_the_thread_path_raises_it(postgres_url: str
     with Store(postgres_url) as store:
         work = _one(store, "SELECT 1 / 0 AS value")
         with pytest.raises(StoreError) as on_thread:
-            store.read(work)
-        store.read(_one(store, "SELECT 1 AS value"))  # a connection left idle
+            core_of(store).read(work)
+        core_of(store).read(_one(store, "SELECT 1 AS value"))  # a connection left idle
 
         with pytest.raises(StoreError) as on_loop:
             asyncio.run(loop_reads.read(store, work))
@@ -95,7 +96,7 @@ def test_a_driver_error_is_raised_as_the_thread_path_raises_it(postgres_url: str
 def test_a_cancelled_read_drops_its_connection(postgres_url: str) -> None:
     with Store(postgres_url) as store:
         pid = _one(store, "SELECT pg_backend_pid() AS value")
-        first = store.read(pid)  # the one connection, left idle
+        first = core_of(store).read(pid)  # the one connection, left idle
 
         async def cancelled() -> None:
             task = asyncio.create_task(
@@ -124,7 +125,9 @@ def test_a_wave_of_reads_finds_as_many_idle_connections_as_the_pool_keeps(
 
         async def turns() -> list[str]:
             # ``wave`` connections at once on the database threads, then all left idle.
-            await asyncio.gather(*(store.aread(lambda _: time.sleep(0.3)) for _ in range(wave)))
+            await asyncio.gather(
+                *(core_of(store).aread(lambda _: time.sleep(0.3)) for _ in range(wave))
+            )
             threads = CountedThreads(store, monkeypatch)
             memories = [
                 ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store) for _ in range(wave)

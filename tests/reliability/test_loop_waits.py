@@ -20,7 +20,8 @@ import pytest
 
 import zerda_store.db.connections.idle as kept_module
 from tests.doubles import AsyncKeywordLLM, CountedThreads
-from zerda_store import ConversationEntityMemory, Store
+from zerda_store import ConversationEntityMemory
+from zerda_store.db.store import StoreCore
 
 pytestmark = pytest.mark.postgres
 
@@ -30,18 +31,18 @@ RECALLED = "Previous information about Sarah Chen:\nSarah Chen renewed ok"
 GUARD_SECONDS = 60
 
 
-def _memory(store: Store, session_id: str = "default") -> ConversationEntityMemory:
+def _memory(store: StoreCore, session_id: str = "default") -> ConversationEntityMemory:
     return ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, session_id=session_id)
 
 
-def _filled(store: Store, sessions: int = 1) -> None:
+def _filled(store: StoreCore, sessions: int = 1) -> None:
     memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
     for number in range(sessions):
         memory.session_id = "default" if number == 0 else f"s{number}"
         memory.save_context({"input": "Sarah Chen renewed"}, {"output": "ok"})
 
 
-def _kept_everything(store: Store) -> bool:
+def _kept_everything(store: StoreCore) -> bool:
     """Every connection out of the pool is kept idle: none lent, none lost."""
     return store.connections_in_use() == 0 and len(store._kept) >= 1
 
@@ -49,16 +50,16 @@ def _kept_everything(store: Store) -> bool:
 @contextmanager
 def _waiting(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch, wait: float
-) -> Iterator[tuple[Store, CountedThreads]]:
+) -> Iterator[tuple[StoreCore, CountedThreads]]:
     """A filled store with one connection kept (a pool of 2), loop waits of ``wait``
     seconds, and its database threads counted."""
     monkeypatch.setattr(kept_module, "LOOP_WAIT_SECONDS", wait)
-    with Store(postgres_url, async_pool_size=1) as store:
+    with StoreCore(postgres_url, async_pool_size=1) as store:
         _filled(store)
         yield store, CountedThreads(store, monkeypatch)
 
 
-async def _recall(store: Store) -> str:
+async def _recall(store: StoreCore) -> str:
     recalled = await _memory(store).aload_memory_variables({"input": "How is Sarah Chen?"})
     return str(recalled["entity_info"])
 
@@ -67,7 +68,7 @@ def test_a_wave_larger_than_the_kept_connections_stays_on_the_loop(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wave = 40
-    with Store(postgres_url, async_pool_size=1) as store:  # a pool of 2, 2 kept
+    with StoreCore(postgres_url, async_pool_size=1) as store:  # a pool of 2, 2 kept
         _filled(store, sessions=wave)
         threads = CountedThreads(store, monkeypatch)
 
@@ -93,7 +94,7 @@ def test_a_wave_larger_than_the_kept_connections_stays_on_the_loop(
 
 
 def test_a_caller_cancelled_while_waiting_loses_no_connection(postgres_url: str) -> None:
-    with Store(postgres_url, async_pool_size=1) as store:
+    with StoreCore(postgres_url, async_pool_size=1) as store:
         _filled(store)
 
         async def cancelled() -> None:
@@ -112,7 +113,7 @@ def test_a_caller_cancelled_while_waiting_loses_no_connection(postgres_url: str)
         assert _kept_everything(store)
 
 
-async def _handed_then_cancelled(store: Store, then: Callable[[], None] = lambda: None) -> None:
+async def _handed_then_cancelled(store: StoreCore, then: Callable[[], None] = lambda: None) -> None:
     """A kept connection given back to a waiting unit that is cancelled before it runs;
     ``then`` runs between the cancellation and the waiter's end."""
     held = await store.borrow_on_loop()
@@ -126,7 +127,7 @@ async def _handed_then_cancelled(store: Store, then: Callable[[], None] = lambda
 
 
 def test_a_connection_handed_over_as_its_waiter_is_cancelled_is_kept(postgres_url: str) -> None:
-    with Store(postgres_url, async_pool_size=1) as store:
+    with StoreCore(postgres_url, async_pool_size=1) as store:
         _filled(store)
 
         asyncio.run(_handed_then_cancelled(store))
@@ -195,7 +196,7 @@ def test_the_last_connection_out_dropped_sends_its_waiters_to_threads(
 def test_a_cancelled_waiter_is_passed_over_when_the_last_connection_is_dropped(
     postgres_url: str,
 ) -> None:
-    with Store(postgres_url, async_pool_size=1) as store:
+    with StoreCore(postgres_url, async_pool_size=1) as store:
         _filled(store)
 
         async def cancelled_then_dropped() -> str:
@@ -215,7 +216,7 @@ def test_a_cancelled_waiter_is_passed_over_when_the_last_connection_is_dropped(
 
 
 def test_a_forked_child_does_not_wait_for_a_lock_its_parent_held(postgres_url: str) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         store.give_back(store.borrow(), reusable=True)
         with store._kept._lock:  # as another thread of the parent, inside the kept list
             pid = os.fork()
@@ -234,7 +235,7 @@ def test_a_forked_child_does_not_wait_for_a_lock_its_parent_held(postgres_url: s
 def test_a_connection_its_cancelled_waiter_gives_back_after_close_is_not_kept(
     postgres_url: str,
 ) -> None:
-    store = Store(postgres_url, async_pool_size=1)
+    store = StoreCore(postgres_url, async_pool_size=1)
     _filled(store)
 
     asyncio.run(_handed_then_cancelled(store, then=store.close))
@@ -246,7 +247,7 @@ def test_a_connection_given_back_while_its_waiters_loop_is_stopped_stays_kept(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(kept_module, "LOOP_WAIT_SECONDS", GUARD_SECONDS)
-    with Store(postgres_url, async_pool_size=1) as store:
+    with StoreCore(postgres_url, async_pool_size=1) as store:
         _filled(store)
         loop = asyncio.new_event_loop()
 

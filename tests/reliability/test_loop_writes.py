@@ -26,6 +26,7 @@ from zerda_store.db.aio.psycopg_internals import LoopPipeline
 from zerda_store.db.execution.driver import compile_statement
 from zerda_store.db.execution.pipeline import write_pipelined
 from zerda_store.db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
+from zerda_store.db.store import core_of
 
 pytestmark = pytest.mark.postgres
 
@@ -44,7 +45,7 @@ def _rows(store: Store, sql: str) -> list[Any]:
 
 def _backend_pid(store: Store) -> int:
     work = _step(store, "SELECT pg_backend_pid() AS value")[0]
-    return int(store.read(lambda transaction: transaction.run(work)[0].value))
+    return int(core_of(store).read(lambda transaction: transaction.run(work)[0].value))
 
 
 @pytest.fixture

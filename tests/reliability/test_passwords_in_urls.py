@@ -31,6 +31,7 @@ from zerda_store import (
     Store,
     StoreError,
 )
+from zerda_store.db.store import core_of
 
 
 def masked(role: RoleDatabase, port: int | None = None) -> str:
@@ -62,7 +63,7 @@ def test_the_password_opens_the_database(
     ) as memory:
         memory.save_context({"input": "Ada called"}, {"output": "ok"})
         assert memory.list_entities() == ["Ada"]
-        with memory.store.query() as connection:
+        with core_of(memory.store).query() as connection:
             assert connection.exec_driver_sql("SELECT current_user").scalar() == role.user
 
 

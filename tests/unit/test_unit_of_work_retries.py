@@ -13,6 +13,7 @@ from zerda_store import DatabaseError, DatabaseUnavailableError, Store
 from zerda_store.db.execution import unit_of_work
 from zerda_store.db.execution.failures import WRITE_ATTEMPTS
 from zerda_store.db.execution.unit_of_work import Transaction
+from zerda_store.db.store import core_of
 
 pytestmark = pytest.mark.filterwarnings("error::sqlalchemy.exc.SAWarning")
 
@@ -46,7 +47,7 @@ def test_a_read_runs_once_when_it_succeeds(store: Store, snapshot: bool) -> None
     work, runs = _failing(0, AssertionError())
     assert unit_of_work.read(store, work, snapshot=snapshot) == 42
     assert len(runs) == 1
-    assert store.connections_in_use() == 0  # given back
+    assert core_of(store).connections_in_use() == 0  # given back
 
 
 @pytest.mark.parametrize("call", ["read", "write"])
@@ -70,7 +71,7 @@ def test_any_other_driver_error_is_not_run_again(store: Store, call: str) -> Non
     with pytest.raises(DatabaseError, match="no such table: elsewhere"):
         getattr(unit_of_work, call)(store, work)
     assert len(runs) == 1
-    assert store.connections_in_use() == 0
+    assert core_of(store).connections_in_use() == 0
 
 
 def test_no_unit_of_work_runs_past_its_last_attempt(

@@ -12,6 +12,7 @@ import pytest
 
 from zerda_store import ConversationEntityMemory, Store, StoreError
 from zerda_store.db.connections.urls import resolve_url, safe_url
+from zerda_store.db.store import core_of
 
 PARSED = {
     # written: (username, password, host, port, database, query)
@@ -106,7 +107,9 @@ def test_a_driver_message_is_shown_without_any_form_of_a_secret(written: str) ->
     secret = "Hx4@pw7Qz@rT9 +x"
     forms = [secret, quote(secret, safe=""), quote(secret, safe=" +"), quote_plus(secret)]
     with Store(written) as store:
-        shown = store.describe(RuntimeError("driver said: " + " | ".join(forms) + "\nmore"))
+        shown = core_of(store).describe(
+            RuntimeError("driver said: " + " | ".join(forms) + "\nmore")
+        )
         assert shown == "driver said: " + " | ".join(["***"] * len(forms))
         assert not any(form in repr(store) for form in forms)
 
@@ -177,5 +180,5 @@ def test_a_secret_setting_inside_options_is_masked_and_the_others_shown(options:
     if "search_path" in options:
         assert "search_path" in shown and "zerda" in shown
     with Store(written) as store:
-        said = store.describe(RuntimeError(f"driver said: Zq81vB / {quote('Zq81vB')}"))
+        said = core_of(store).describe(RuntimeError(f"driver said: Zq81vB / {quote('Zq81vB')}"))
         assert "Zq81vB" not in said and "Zq81vB" not in repr(store)

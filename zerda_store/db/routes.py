@@ -36,7 +36,7 @@ from .execution.driver import Runnable
 from .execution.pipeline import write_pipelined
 from .execution.unit_of_work import OneStatement, SessionLock, SessionLockStatements, Transaction
 from .sharding import Sharding, distributed
-from .store import Store
+from .store import StoreCore
 
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ class Routes:
 
     __slots__ = ("_postgres", "_sharding", "store")
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreCore) -> None:
         self.store = store
         self._sharding = store.statements(Sharding)
         self._postgres = store.dialect == "postgresql"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
-from .store import Store
+from .store import StoreCore
 
 _HAS_CATALOG = sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
 # Citus's own catalog: how each table of the current schema is distributed (if at all).
@@ -60,7 +60,7 @@ class Sharding:
         self.distributed: bool | None = None if dialect.name == "postgresql" else False
 
 
-def distributed(store: Store) -> bool:
+def distributed(store: StoreCore) -> bool:
     """True when the store's ``turns`` table is distributed by Citus (read once per store)."""
     sharding = store.statements(Sharding)
     if sharding.distributed is None:

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .schema import metadata
 from .sharding import distributed
-from .store import Store
+from .store import StoreCore
 
 logger = logging.getLogger("zerda_store.statistics")
 
@@ -32,13 +32,13 @@ logger = logging.getLogger("zerda_store.statistics")
 BULK_ROWS = 1_000
 
 
-def analyze_after(store: Store, rows: int) -> None:
+def analyze_after(store: StoreCore, rows: int) -> None:
     """Analyse the memory's tables if a write of ``rows`` rows was a bulk one."""
     if rows >= BULK_ROWS:
         analyze(store)
 
 
-def analyze(store: Store) -> None:
+def analyze(store: StoreCore) -> None:
     """``ANALYZE`` the memory's tables, in a transaction of its own, on Postgres only (not
     on Citus). A failure (a lock not granted in time, say) is logged and left at that: the
     write it follows is committed, and autovacuum analyses the tables later."""
@@ -53,7 +53,7 @@ def analyze(store: Store) -> None:
         logger.warning("the tables were not analysed after a bulk write: %s", store.describe(exc))
 
 
-def analyze_if_never_analysed(store: Store) -> bool:
+def analyze_if_never_analysed(store: StoreCore) -> bool:
     """``ANALYZE`` the memory's tables (as :func:`analyze`) when one of them has never been
     analysed and has had at least ``BULK_ROWS`` rows written since: a bulk job about to
     read whole sessions (a prune) is planned for tables of a few rows otherwise, and a

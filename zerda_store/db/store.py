@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Dialect
@@ -65,37 +66,15 @@ logger = logging.getLogger("zerda_store.engine")
 T = TypeVar("T")
 C = TypeVar("C")
 S = TypeVar("S")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
-class Store:
-    """One engine (one connection pool) and one set of compiled statements that many
-    memories can share.
-
-    ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
-    connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
-    a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
-    ``await`` :meth:`aclose`); closing never deletes data. Its async methods delegate to
-    the :class:`aio.store.AsyncPart` it holds, which runs each unit of work whole on one of
-    ``async_pool_size`` database threads, on the same pool. The pool keeps a connection for
-    each of those threads and one more, and opens up to 10 more for sync callers; a call
-    that finds no connection (or, async, no thread) free for ``pool_timeout`` seconds
-    raises :class:`PoolExhaustedError`.
-
-    ``read_only=True`` opens the database for reading only: it is never created, migrated
-    or written (a SQLite file that is not there is a :class:`DatabaseUnavailableError`, a
-    write a :class:`ReadOnlyStoreError`). ``schema`` (Postgres) names the schema that holds
-    zerda_store's tables (it goes first on the connections' search_path; ``db upgrade``
-    creates it if needed).
-
-    ``prepared_statements=False`` (Postgres; or ``?prepared_statements=false`` in the URL)
-    is for a transaction-mode pooler such as PgBouncer: no statement is prepared on the
-    server, and the store's settings are sent inside each transaction instead of once per
-    connection (:mod:`connections.settings`). Schema changes (``db upgrade``) need a direct connection.
-
-    ``telemetry`` (a :class:`zerda_store.telemetry.Telemetry`) says how the store reports
-    itself to OpenTelemetry: by default through the global providers, once configured, and
-    without turn texts, names or snippets (docs/observability.md).
-    """
+class StoreCore:
+    """What a :class:`Store` runs on: one engine (one connection pool), the units of work
+    run on it, and one set of compiled statements that many memories share. The package's
+    parts hold the core (:func:`core_of`); users hold the :class:`Store`, which shows only
+    what they call."""
 
     def __init__(
         self,
@@ -184,20 +163,19 @@ class Store:
         self._on_close: list[Callable[[], object]] = []
 
     def __repr__(self) -> str:
-        return f"Store({safe_url(self.url)!r})"
+        return f"StoreCore({safe_url(self.url)!r})"
 
-    @staticmethod
-    def resolve_url(database_url: str | URL | None = None) -> URL:
-        """The URL ``Store(database_url)`` opens: the argument, else
-        ``ZERDA_STORE_DATABASE_URL``, else the SQLite file; ``postgresql://`` mapped to
-        psycopg 3, and a password in ``?password=`` or with unencoded ``@`` signs taken."""
-        return resolve_url(database_url)
+    def __enter__(self) -> Self:
+        return self
 
-    @staticmethod
-    def mask_secrets(text: str, url: URL) -> str:
-        """``text`` with every secret of ``url`` (password, secret query values) masked, raw
-        or percent-encoded: for showing a driver's message or a URL to a person."""
-        return scrub(text, url)
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
     @property
     def location(self) -> str:
@@ -218,18 +196,6 @@ class Store:
                 f"{self.location} is open read-only: nothing was written "
                 "(open it without read_only / --read-only to change it)"
             )
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.aclose()
 
     def close(self) -> None:
         """Close every connection of the store (first running what :meth:`on_close`
@@ -446,3 +412,179 @@ class Store:
             f"that another connection holds ({self.describe(exc)}); nothing was written. "
             "Find the holder (Postgres: pg_locks / pg_stat_activity) or raise lock_timeout="
         )
+
+
+class Store:
+    """One database for many memories: its connection pool, its compiled statements and
+    the threads its async calls run on, shared by every memory opened on it.
+
+    ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
+    connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
+    a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
+    ``await`` :meth:`aclose`); closing never deletes data. Its async methods delegate to
+    the :class:`aio.store.AsyncPart` it holds, which runs each unit of work whole on one of
+    ``async_pool_size`` database threads, on the same pool. The pool keeps a connection for
+    each of those threads and one more, and opens up to 10 more for sync callers; a call
+    that finds no connection (or, async, no thread) free for ``pool_timeout`` seconds
+    raises :class:`PoolExhaustedError`.
+
+    ``read_only=True`` opens the database for reading only: it is never created, migrated
+    or written (a SQLite file that is not there is a :class:`DatabaseUnavailableError`, a
+    write a :class:`ReadOnlyStoreError`). ``schema`` (Postgres) names the schema that holds
+    zerda_store's tables (it goes first on the connections' search_path; ``db upgrade``
+    creates it if needed).
+
+    ``prepared_statements=False`` (Postgres; or ``?prepared_statements=false`` in the URL)
+    is for a transaction-mode pooler such as PgBouncer: no statement is prepared on the
+    server, and the store's settings are sent inside each transaction instead of once per
+    connection (:mod:`connections.settings`). Schema changes (``db upgrade``) need a direct connection.
+
+    ``telemetry`` (a :class:`zerda_store.telemetry.Telemetry`) says how the store reports
+    itself to OpenTelemetry: by default through the global providers, once configured, and
+    without turn texts, names or snippets (docs/observability.md).
+
+    What a store shows is what its users call: where it is (:attr:`url`, :attr:`location`,
+    :attr:`safe_url`, :attr:`dialect`, :attr:`schema`, :attr:`read_only`), a connection for
+    SQL of their own (:meth:`connect`, or :attr:`engine` for SQLAlchemy), and closing it.
+    """
+
+    def __init__(
+        self,
+        database_url: str | URL | None = None,
+        *,
+        durability: Durability = "full",
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        read_only: bool = False,
+        schema: str | None = None,
+        llm_workers: int = DEFAULT_LLM_WORKERS,
+        async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+        prepared_statements: bool | None = None,
+        telemetry: Telemetry | None = None,
+    ):
+        self._core = StoreCore(
+            database_url,
+            durability=durability,
+            lock_timeout=lock_timeout,
+            read_only=read_only,
+            schema=schema,
+            llm_workers=llm_workers,
+            async_pool_size=async_pool_size,
+            pool_timeout=pool_timeout,
+            prepared_statements=prepared_statements,
+            telemetry=telemetry,
+        )
+
+    def __repr__(self) -> str:
+        return f"Store({self._core.safe_url!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    @property
+    def url(self) -> URL:
+        """The database's URL (SQLAlchemy's; its string form hides the password)."""
+        return self._core.url
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._core.dialect
+
+    @property
+    def schema(self) -> str | None:
+        """The Postgres schema that holds zerda_store's tables, if one was named."""
+        return self._core.schema
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened for reading only."""
+        return self._core.read_only
+
+    @property
+    def location(self) -> str:
+        """Where the database is, for messages: the SQLite file's path, else the URL
+        without its password."""
+        return self._core.location
+
+    @property
+    def safe_url(self) -> str:
+        """This store's URL as messages show it, with every secret masked."""
+        return self._core.safe_url
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (a closed store cannot be used)."""
+        return self._core.closed
+
+    @property
+    def engine(self) -> sa.Engine:
+        """The SQLAlchemy engine (the store's pool), for SQL of the user's own."""
+        return self._core.engine
+
+    def check_writable(self) -> None:
+        """Raise :class:`ReadOnlyStoreError` if this store was opened read-only (before
+        work that would write)."""
+        self._core.check_writable()
+
+    def require_file(self) -> None:
+        """Raise :class:`DatabaseUnavailableError` if this is a SQLite file that is not
+        there (opening it would create an empty database)."""
+        self._core.require_file()
+
+    def connect(self) -> contextlib.AbstractContextManager[Connection]:
+        """A SQLAlchemy connection from the store's pool (``with store.connect() as
+        connection:``), a failure to connect reported as :class:`DatabaseUnavailableError`."""
+        return self._core.connect()
+
+    def close(self) -> None:
+        """Close every connection of the store (first stopping what runs on it, such as a
+        retention sweeper, and waiting for the async calls' running units of work); the
+        store cannot be used afterwards, and its data stays. From async code prefer
+        :meth:`aclose`."""
+        self._core.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` from async code: it waits on a thread, not on the event loop."""
+        await self._core.aclose()
+
+    @staticmethod
+    def resolve_url(database_url: str | URL | None = None) -> URL:
+        """The URL ``Store(database_url)`` opens: the argument, else
+        ``ZERDA_STORE_DATABASE_URL``, else the SQLite file; ``postgresql://`` mapped to
+        psycopg 3, and a password in ``?password=`` or with unencoded ``@`` signs taken."""
+        return resolve_url(database_url)
+
+    @staticmethod
+    def mask_secrets(text: str, url: URL) -> str:
+        """``text`` with every secret of ``url`` (password, secret query values) masked, raw
+        or percent-encoded: for showing a driver's message or a URL to a person."""
+        return scrub(text, url)
+
+
+def core_of(store: Store | StoreCore) -> StoreCore:
+    """The core a store runs on: what the package's parts (memories, repositories,
+    migrations) hold and call; a core is its own."""
+    return store._core if isinstance(store, Store) else store
+
+
+def takes_store(
+    operation: Callable[Concatenate[StoreCore, P], R],
+) -> Callable[Concatenate[Store | StoreCore, P], R]:
+    """``operation``, which works on a core, as the public faces hand it to users
+    (:mod:`zerda_store.migrate`): given the user's :class:`Store` (or a core)."""
+
+    @functools.wraps(operation)
+    def on_store(store: Store | StoreCore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return operation(core_of(store), *args, **kwargs)
+
+    return on_store

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..db.execution.pacing import WriterPacing
 from ..db.execution.unit_of_work import SessionLock, Transaction
-from ..db.store import Store
+from ..db.store import Store, StoreCore, core_of
 from ..model.names import EXACT, FOLD_V2, KEY_RULES, KeyRules
 from .merging import KEY_RULES_REASON, merge
 from .rules import identify
@@ -44,10 +44,12 @@ class SessionRekeyed:
 class Rekeying:
     """Re-keys, session by session, the entities saved without a core."""
 
-    def __init__(self, store: Store, *, assume_normalized: bool | Collection[str] = False) -> None:
-        self.store = store
+    def __init__(
+        self, store: Store | StoreCore, *, assume_normalized: bool | Collection[str] = False
+    ) -> None:
+        self.store = core_of(store)
         self.assume_normalized = assume_normalized
-        self._statements = store.statements(IdentityStatements)
+        self._statements = self.store.statements(IdentityStatements)
 
     def pending(self) -> list[str]:
         """The sessions holding entities without a core, by session id."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..db.execution.unit_of_work import SessionLock, Transaction
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..errors import MergeError
 from ..model.names import KeyRules
 from ..model.records import Mention
@@ -59,7 +59,7 @@ class AliasEntry:
 class IdentityRepository:
     """Aliases and merges of one store's sessions, under one set of key rules."""
 
-    def __init__(self, store: Store, rules: KeyRules) -> None:
+    def __init__(self, store: StoreCore, rules: KeyRules) -> None:
         self.store = store
         self.rules = rules
         self._statements = store.statements(IdentityStatements)

@@ -14,7 +14,7 @@ from typing import Any, Self
 from sqlalchemy.engine import URL
 
 from ..db.migration import migrate
-from ..db.store import Store
+from ..db.store import Store, StoreCore, core_of
 from ..extraction import (
     DEFAULT_EXTRACTION_PROMPT,
     ExtractionResult,
@@ -105,7 +105,7 @@ class MemoryParts:
     """What a memory runs on: its store and the repositories and policies over it. Built
     from the store (:meth:`on`) unless given, as a test gives fakes of them."""
 
-    store: Store
+    store: StoreCore
     repository: Repository
     identity: IdentityRepository
     erasure: Erasure
@@ -116,7 +116,7 @@ class MemoryParts:
     @classmethod
     def on(
         cls,
-        store: Store,
+        store: StoreCore,
         key_rules: KeyRules,
         session_id: str,
         *,
@@ -188,8 +188,10 @@ class MemoryCore:
         self._extraction = ExtractionService(extractor)
         if parts is None:
             self._owns_store = store is None
+            if store is None:
+                store = Store(database_url)
             parts = MemoryParts.on(
-                store if store is not None else Store(database_url),
+                core_of(store),
                 self.key_rules,
                 self.session_id,
                 auto_migrate=auto_migrate,
@@ -197,7 +199,9 @@ class MemoryCore:
             )
         else:
             self._owns_store = False
-        self.store = parts.store
+        # The store the memory was given or opened (``memory.store``), and the core it runs on.
+        self.store: Store | StoreCore = store if store is not None else parts.store
+        self._store = parts.store
         self._repository = parts.repository
         self._identity = parts.identity
         self._erasure = parts.erasure
@@ -243,14 +247,14 @@ class MemoryCore:
             self._pruner().prune(self.session_id)
 
     def _pruner(self) -> Pruner:
-        return Pruner(self.store, now=self._now)
+        return Pruner(self._store, now=self._now)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
         """Release the database connections (of a store this memory opened). Data stays."""
         if self._owns_store:
-            self.store.close()
+            self._store.close()
 
     def __enter__(self) -> Self:
         return self
@@ -293,7 +297,7 @@ class MemoryCore:
         )
 
     def _turn(self, inputs: object, outputs: object, idempotency_key: str | None) -> NewTurn:
-        self.store.check_writable()  # before extraction: no model call for a refused write
+        self._store.check_writable()  # before extraction: no model call for a refused write
         texts = self._texts(inputs, outputs)
         return self._new_turn(texts, self._extract(turn_text(*texts)), idempotency_key)
 
@@ -340,8 +344,14 @@ class MemoryCore:
         memory's, as a save checks (KeyRulesMismatchError); once per store and session."""
         check = self._repository.key_rules_check(self.session_id)
         if check is not None:
-            self.store.read(check)
+            self._store.read(check)
 
     def _find(self, name: str) -> EntityRecord | None:
         self._check_key_rules()
         return self._repository.find_entity(self.session_id, self._named(name), self._visible())
+
+
+def store_core(memory: MemoryCore) -> StoreCore:
+    """The core of the store a memory runs on: what its operations are observed on (the
+    store's telemetry settings, its pool's gauges), whichever store the user holds."""
+    return memory._store

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
-from ..db.store import Store
+from ..db.store import Store, core_of
 from ..errors import KeyRulesMismatchError
 from ..model.names import EXACT, FOLD_V2, FOLD_V2_CASELESS
 from ..model.records import ForgetReceipt, turn_text
@@ -24,7 +24,7 @@ from ..validation import (
     mapping_text,
 )
 from .aio.conversation import AsyncMethods
-from .base import RECALL_LIMIT, checked_key, entity_info, outcome
+from .base import RECALL_LIMIT, checked_key, entity_info, outcome, store_core
 from .identity import IdentityMethods
 
 
@@ -46,7 +46,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         """A memory on an existing session with the session's own key mode: a session
         written with ``normalize_names=False`` has keys that are not normalized (it may hold
         both "Sarah" and "sarah"), and its names then match exactly."""
-        recorded = Repository(store).key_rules(checked_session_id(session_id))
+        recorded = Repository(core_of(store)).key_rules(checked_session_id(session_id))
         if recorded is not None and recorded not in (EXACT, FOLD_V2, FOLD_V2_CASELESS):
             raise KeyRulesMismatchError(
                 f"session {session_id!r} is keyed with the {recorded.name!r} key rules, which "
@@ -93,7 +93,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         self._policy.forget()
         return deleted
 
-    @observed(DELETE, done=counts)
+    @observed(DELETE, store=store_core, done=counts)
     def prune(self, *, dry_run: bool = False) -> dict[str, int]:
         """Delete what this session's policy expired, in batches of at most 1,000 rows,
         each its own short transaction; ``dry_run`` only counts. Returns the counts of
@@ -103,7 +103,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
 
     # -- the original API ---------------------------------------------------------------
 
-    @observed(UPDATE)
+    @observed(UPDATE, store=store_core)
     def save_context(
         self,
         inputs: Mapping[str, Any],
@@ -119,12 +119,12 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         texts = self._texts(inputs, outputs)
         if key is not None and self._repository.has_turn(self.session_id, key):
             return
-        self.store.check_writable()  # before extraction: no model call for a refused write
+        self._store.check_writable()  # before extraction: no model call for a refused write
         self._expire_if_idle()
         turn = self._new_turn(texts, self._extract(turn_text(*texts)), key)
         self._repository.save_turn(self.session_id, turn)
 
-    @observed(UPDATE)
+    @observed(UPDATE, store=store_core)
     def save_contexts(self, pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> int:
         """Store many turns in one transaction, as a ``save_context`` loop would; returns
         how many. Nothing is stored if any pair is refused."""
@@ -133,7 +133,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
             self._expire_if_idle()
         return len(self._repository.save_turns(self.session_id, new_turns))
 
-    @observed(SEARCH)
+    @observed(SEARCH, store=store_core)
     def load_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The recent snippets of every known entity the input mentions, as one string."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
@@ -144,7 +144,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
             note_recall(recalled, input_text)
         return self._variables(recalled)
 
-    @observed(DELETE)
+    @observed(DELETE, store=store_core)
     def clear(self) -> None:
         """Delete this session's turns, entities and snippets (other sessions are untouched)."""
         self._erasure.clear(self.session_id)
@@ -152,7 +152,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
     def get_memory_stats(self) -> dict[str, Any]:
         return self._stats(self._repository.stats(self.session_id, self._visible()))
 
-    @observed(SEARCH)
+    @observed(SEARCH, store=store_core)
     def get_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """What is known about one entity (found by its name or an alias), or None if it is
         not tracked; ``aliases`` lists its other names."""
@@ -166,7 +166,7 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         """Display names of the session's entities in first-seen order."""
         return list(self.entity_store)
 
-    @observed(DELETE, done=counts)
+    @observed(DELETE, store=store_core, done=counts)
     def forget_entity(
         self, name: str, *, with_turns: bool = False, dry_run: bool = False
     ) -> dict[str, Any]:
@@ -187,12 +187,12 @@ class ConversationEntityMemory(IdentityMethods, AsyncMethods):
         )
         return asdict(receipt or ForgetReceipt())
 
-    @observed(UPDATE, done=counts)
+    @observed(UPDATE, store=store_core, done=counts)
     def reextract(self) -> dict[str, int]:
         """Run extraction again for this session's turns whose extraction failed, and
         attach their snippets as if it had worked the first time. Running it twice adds
         nothing twice. Returns ``{"repaired": n, "failed": m}`` (m still failing)."""
-        self.store.check_writable()
+        self._store.check_writable()
         counts = {"repaired": 0, "failed": 0}
         for turn in self._ledger.failed_turns(self.session_id):
             result = self._extract(turn.text)

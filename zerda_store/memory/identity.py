@@ -9,7 +9,7 @@ from ..errors import MergeError
 from ..identity.similar import similar_pairs
 from ..telemetry.operations import DELETE, UPDATE, counts, observed
 from ..validation import MAX_COUNT, MAX_ID, checked_name, checked_whole_number
-from .base import MemoryCore, given_name
+from .base import MemoryCore, given_name, store_core
 
 # Who decided, when the caller does not say (the CLI passes the operating-system user).
 DECIDED_BY = "api"
@@ -19,13 +19,13 @@ MAX_DECIDED_BY = 255
 class IdentityMethods(MemoryCore):
     """The identity calls of :class:`conversation.ConversationEntityMemory`."""
 
-    @observed(UPDATE)
+    @observed(UPDATE, store=store_core)
     def add_alias(self, name: str, alias: str) -> bool:
         """Make ``alias`` another name of the entity ``name`` names: a mention of the alias
         then names that entity (recall, saves, ``get_entity_info``). False if it was one
         already; a ValueError if the alias is another entity's name or alias (merge the
         two instead)."""
-        self.store.check_writable()
+        self._store.check_writable()
         self._check_key_rules()
         return self._identity.add_alias(
             self.session_id,
@@ -34,19 +34,19 @@ class IdentityMethods(MemoryCore):
             self._now(),
         )
 
-    @observed(DELETE)
+    @observed(DELETE, store=store_core)
     def remove_alias(self, alias: str) -> bool:
         """Stop ``alias`` naming its entity; False if no entity had it."""
-        self.store.check_writable()
+        self._store.check_writable()
         self._check_key_rules()
         return self._identity.remove_alias(self.session_id, given_name(alias, "alias"))
 
-    @observed(UPDATE, done=counts)
+    @observed(UPDATE, store=store_core, done=counts)
     def merge_entities(self, keep: str, other: str) -> dict[str, Any]:
         """Merge the entity ``other`` names into the one ``keep`` names: its snippets and
         aliases move, its name becomes an alias, and the merge log keeps what
         :meth:`unmerge` needs to undo it exactly. Returns the receipt (``merge_id``, ...)."""
-        self.store.check_writable()
+        self._store.check_writable()
         self._check_key_rules()
         receipt = self._identity.merge(
             self.session_id,
@@ -56,10 +56,10 @@ class IdentityMethods(MemoryCore):
         )
         return asdict(receipt)
 
-    @observed(UPDATE, done=counts)
+    @observed(UPDATE, store=store_core, done=counts)
     def unmerge(self, merge_id: int) -> dict[str, Any]:
         """Undo merge ``merge_id`` (see :meth:`merges`): both entities as they were."""
-        self.store.check_writable()
+        self._store.check_writable()
         if isinstance(merge_id, bool) or not isinstance(merge_id, int):
             raise TypeError("merge_id must be an int")
         checked_whole_number(merge_id, "merge_id", 1, MAX_ID, MergeError)
@@ -110,7 +110,7 @@ class IdentityMethods(MemoryCore):
         :meth:`undo_judgement`), and the judgement kept with ``by`` (who decided) and
         when. Returns the judgement (``a``, ``b``, ``verdict`` "same", ``decided_by``,
         ``decided_at``, ``merge_id``)."""
-        self.store.check_writable()
+        self._store.check_writable()
         self._check_key_rules()
         judgement = self._identity.confirm_same(
             self.session_id,
@@ -125,7 +125,7 @@ class IdentityMethods(MemoryCore):
         """A person's judgement that ``a`` and ``b`` are two entities: the pair is never
         suggested again in this session (until :meth:`undo_judgement`). Kept with ``by``
         and when; returns the judgement (``verdict`` "different")."""
-        self.store.check_writable()
+        self._store.check_writable()
         self._check_key_rules()
         judgement = self._identity.reject_same(
             self.session_id,
@@ -140,7 +140,7 @@ class IdentityMethods(MemoryCore):
         """Undo the judgement of ``a`` and ``b`` (the names as judged): a confirmation's
         merge is undone (both entities as they were), a rejection removed (the pair may
         be suggested again). Returns the judgement undone; a ValueError if there is none."""
-        self.store.check_writable()
+        self._store.check_writable()
         self._check_key_rules()
         judgement = self._identity.undo_judgement(
             self.session_id,

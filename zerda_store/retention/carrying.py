@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ..db.schema import ANY_SCOPE
-from ..db.store import Store
+from ..db.store import StoreCore
 from .policies import Policies
 from .policy import Rule, make_rule, type_scope
 
@@ -24,7 +24,7 @@ Carried = dict[str, dict[str, dict[str, Any]]]
 _PARTS = ("session", "default")
 
 
-def carried_policy(store: Store, session_id: str) -> Carried:
+def carried_policy(store: StoreCore, session_id: str) -> Carried:
     """The rules of ``session_id`` and of the default, as an export or a copy carries them
     (an empty part is left out; nothing at all is ``{}``)."""
     policies = Policies(store)
@@ -60,7 +60,7 @@ def checked_carried(value: Any) -> Carried:
     return checked
 
 
-def record_carried(store: Store, session_id: str, carried: Carried) -> dict[str, Any]:
+def record_carried(store: StoreCore, session_id: str, carried: Carried) -> dict[str, Any]:
     """Give ``session_id`` at ``store`` the policy it had where ``carried`` came from (see
     the module); what was done: ``{"retention": how, "retention_rules": count}``, how being
     ``"none"`` (no policy at the source, or the same default here), ``"session"`` (its own
@@ -84,7 +84,7 @@ def record_carried(store: Store, session_id: str, carried: Carried) -> dict[str,
     return {"retention": how, "retention_rules": len(rules)}
 
 
-def carry_default(source: Store, target: Store) -> int:
+def carry_default(source: StoreCore, target: StoreCore) -> int:
     """Copy the source's default rules to a destination that has none (a copy of a whole
     database moves its default policy with it); how many rules were copied."""
     rules = Policies(source).stored(ANY_SCOPE)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..db.execution.unit_of_work import Transaction
 from ..db.schema import ANY_SCOPE
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..errors import RefusedValueError
 from .policy import POLICY_CACHE_SECONDS, Policy, Rule, Visibility, policy_from_rows, visibility
 from .statements import PolicyStatements
@@ -23,7 +23,7 @@ from .statements import PolicyStatements
 class Policies:
     """Reading and writing the policy table of one store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreCore) -> None:
         self.store = store
         self._statements = store.statements(PolicyStatements)
         self.any_rule = self._statements.any_rule
@@ -177,11 +177,11 @@ class StorePolicies:
             self._by_session.clear()
 
 
-_STORE_POLICIES: weakref.WeakKeyDictionary[Store, StorePolicies] = weakref.WeakKeyDictionary()
+_STORE_POLICIES: weakref.WeakKeyDictionary[StoreCore, StorePolicies] = weakref.WeakKeyDictionary()
 _STORE_POLICIES_LOCK = threading.Lock()
 
 
-def store_policies(store: Store) -> StorePolicies:
+def store_policies(store: StoreCore) -> StorePolicies:
     """The policy cache of ``store``, shared by every memory on it."""
     with _STORE_POLICIES_LOCK:
         cache = _STORE_POLICIES.get(store)

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -27,6 +27,8 @@ from ..validation import MAX_COUNT, checked_entity_type, checked_seconds, checke
 # How long a memory keeps the policy it read before reading it again (seconds).
 POLICY_CACHE_SECONDS = 30.0
 NO_CUTOFF = -math.inf
+
+T = TypeVar("T")
 
 
 def seconds(duration: timedelta | float | None, what: str) -> float | None:
@@ -131,6 +133,12 @@ class Visibility:
 
     def keep_last(self, entity_type: str) -> int | None:
         return self.policy.keep_last(entity_type)
+
+    def newest(self, items: list[T], entity_type: str) -> list[T]:
+        """The last of ``items`` (an entity's, oldest first) that the entity type's
+        ``keep_last`` keeps: all of them without one."""
+        keep = self.keep_last(entity_type)
+        return items if keep is None or len(items) <= keep else items[len(items) - keep :]
 
     def visible(self, entity_type: str, created_at: float) -> bool:
         return created_at >= self.cutoff_of(entity_type)

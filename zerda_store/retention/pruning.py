@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from ..db.execution.unit_of_work import Transaction
 from ..db.schema import ANY_SCOPE, contexts, entities, in_same_session, retention_policies, turns
 from ..db.statistics import analyze_if_never_analysed
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..telemetry.operations import DELETE, counts, note_pruned, observed, session_argument
 from .policies import Policies
 from .policy import Clock, Visibility, session_lock
@@ -63,7 +63,7 @@ class Pruner:
     measured by (injectable for tests); ``batch_size`` bounds every transaction."""
 
     def __init__(
-        self, store: Store, *, now: Clock = time.time, batch_size: int = BATCH_SIZE
+        self, store: StoreCore, *, now: Clock = time.time, batch_size: int = BATCH_SIZE
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")

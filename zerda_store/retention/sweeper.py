@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..db.store import Store
+from ..db.store import Store, StoreCore, core_of
 from .pruning import Pruner, PruneReceipt
 
 logger = logging.getLogger("zerda_store.pruning")
@@ -67,12 +67,13 @@ class Sweeper:
 
 
 def start_sweeper(
-    store: Store, interval: float = 3600.0, *, now: Callable[[], float] = time.time
+    store: Store | StoreCore, interval: float = 3600.0, *, now: Callable[[], float] = time.time
 ) -> Sweeper:
     """Start a daemon thread that prunes every session of ``store`` with a retention policy
     every ``interval`` seconds (each round in batches, like ``prune``), until
     :meth:`Sweeper.stop` or the store's :meth:`~Store.close`. Errors are logged."""
-    sweeper = Sweeper(Pruner(store, now=now), interval)
-    store.on_close(sweeper.stop)
+    core = core_of(store)
+    sweeper = Sweeper(Pruner(core, now=now), interval)
+    core.on_close(sweeper.stop)
     sweeper.start()
     return sweeper

@@ -21,16 +21,15 @@ from ..db.schema import (
     in_same_session,
     turns,
 )
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..retention.policies import Policies
 from ..retention.policy import Visibility
 from ..turns.history import PAGE_SIZE
 from ..turns.reads import Reads
-from ..turns.rows import newest
 
 
 def export_session(
-    store: Store, session_id: str, *, include_expired: bool = False
+    store: StoreCore, session_id: str, *, include_expired: bool = False
 ) -> Iterator[dict[str, Any]]:
     """Every row of a session as plain records, from one snapshot: turns with their
     ledger rows, entities in first-seen order, then snippets in each entity's order.
@@ -147,7 +146,7 @@ class _Shown:
         self._turn_ids: set[int] = set()
 
     @classmethod
-    def of(cls, store: Store, session_id: str) -> _Shown | None:
+    def of(cls, store: StoreCore, session_id: str) -> _Shown | None:
         visible = Policies(store).visibility_now(session_id, time.time())
         if visible is None:
             return None
@@ -175,7 +174,7 @@ class _Shown:
                 continue
             entity_type = of_entity[0].pop("entity_type")
             shown = [r for r in of_entity if self._visible.visible(entity_type, r["created_at"])]
-            for record in newest(shown, self._visible.keep_last(entity_type)):
+            for record in self._visible.newest(shown, entity_type):
                 record.pop("created_at")
                 record.pop("entity_type", None)
                 if record["turn_id"] not in self._turn_ids:

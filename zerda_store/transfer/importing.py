@@ -22,7 +22,7 @@ from ..db.execution.unit_of_work import SessionLock, Transaction
 from ..db.schema import entities, turns
 from ..db.sharding import distributed
 from ..db.statistics import analyze_after
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..errors import SessionNotEmptyError
 from ..identity.resolution import check_key_rules
 from ..identity.statements import IdentityStatements
@@ -68,7 +68,7 @@ class ImportStatements:
 
 
 class Importer:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreCore) -> None:
         self.store = store
         self._statements = store.statements(ImportStatements)
         self._turn_statements = store.statements(TurnStatements)

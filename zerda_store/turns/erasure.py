@@ -17,7 +17,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from ..db.execution.unit_of_work import SessionLock, Transaction
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..identity.statements import IdentityStatements
 from ..model.names import name_key
 from ..model.records import EntityRecord, ForgetReceipt
@@ -48,7 +48,7 @@ __all__ = ["ERASED_ERROR", "Erasure"]
 class Erasure:
     """Forgetting entities and clearing sessions of one store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreCore) -> None:
         self.store = store
         self._statements = store.statements(ErasureStatements)
         self._queries = store.statements(Queries)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..db.execution.unit_of_work import Transaction
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..model.records import TurnRecord
 from ..retention.policy import Visibility
 from .queries import Queries, TurnReads
@@ -21,7 +21,7 @@ PAGE_SIZE = 500
 class TurnHistory:
     """The turn reads of one store's memories."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreCore) -> None:
         self.store = store
         self._queries = store.statements(Queries)
         self._visible = store.statements(VisibleQueries)

@@ -16,7 +16,7 @@ from ..db.execution.driver import compile_statement
 from ..db.execution.statements import param, session_param
 from ..db.execution.unit_of_work import SessionLock, Transaction
 from ..db.schema import extractions, in_same_session, turns
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..identity.resolution import Resolver
 from ..model.records import Mention, NewTurn, Outcome, PendingTurn
 from .attachment import Attachment
@@ -81,7 +81,7 @@ class LedgerStatements:
 class Ledger:
     """The extraction ledger of one store."""
 
-    def __init__(self, store: Store, resolver: Resolver | None = None) -> None:
+    def __init__(self, store: StoreCore, resolver: Resolver | None = None) -> None:
         self.store = store
         self._statements = store.statements(LedgerStatements)
         self._turn_statements = store.statements(TurnStatements)

@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..db.schema import contexts, entities, in_same_session, turns
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..retention.policies import Policies
 from ..retention.policy import Clock
 from .reads import Reads
@@ -39,7 +39,7 @@ class EntitySummary:
 class Listings:
     """The listings of one store, as its memories' reads would show them at ``now``."""
 
-    def __init__(self, store: Store, now: Clock = time.time) -> None:
+    def __init__(self, store: StoreCore, now: Clock = time.time) -> None:
         self.store = store
         self._now = now
         self._policies = Policies(store)

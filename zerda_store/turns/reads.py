@@ -8,6 +8,7 @@ moment, or None without a policy (the reads are then exactly the plain ones).
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from operator import ne
@@ -15,7 +16,7 @@ from typing import Any
 
 from ..db.execution.unit_of_work import OneStatement, Transaction
 from ..db.routes import Routes
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..identity.resolution import Resolver
 from ..identity.statements import IdentityStatements
 from ..model.names import FOLD_V1, KEY_RULES, KeyRules
@@ -23,14 +24,14 @@ from ..model.records import MENTION_CORE_KEY, MENTION_KEY, EntityRecord, Mention
 from ..retention.policy import Visibility
 from .history import PAGE_SIZE, TurnHistory
 from .resolving_recall import ResolvingRecall, marked_rows, resolved
-from .rows import entity_record, newest, recalled
+from .rows import entity_record
 from .statements import TurnStatements
 
 
 class Reads(TurnHistory):
     """The reads of one store's memories (the statements are the store's)."""
 
-    def __init__(self, store: Store, rules: KeyRules | None = None) -> None:
+    def __init__(self, store: StoreCore, rules: KeyRules | None = None) -> None:
         super().__init__(store)
         self._statements = store.statements(TurnStatements)
         self._rules = rules
@@ -184,7 +185,7 @@ class Reads(TurnHistory):
             rows = transaction.run(self._visible.recent_contexts, values)[::-1]
         cutoff = visible.cutoff_of(entity_type)
         texts = [row.text for row in rows if row.created_at >= cutoff]
-        return newest(texts, visible.keep_last(entity_type))
+        return visible.newest(texts, entity_type)
 
     def recent_contexts(
         self,
@@ -347,3 +348,36 @@ class Reads(TurnHistory):
 
 def _capped(count: int, keep: int | None) -> int:
     return count if keep is None else min(count, keep)
+
+
+def recalled(
+    rows: list[Any], unique: list[str], visible: Visibility | None
+) -> list[tuple[str, list[str]]]:
+    """Recall rows grouped by entity, in the order of the keys: each entity's name with its
+    snippets oldest first; under a policy, only the snippets that show. An entity's rows
+    all carry its name and type."""
+    if visible is not None:
+        rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
+    by_entity: dict[str, list[Any]] = {}
+    for row in rows:  # in any order: each entity's rows are put in order below
+        group = by_entity.get(row.name_key)
+        if group is None:
+            by_entity[row.name_key] = [row]
+        else:
+            group.append(row)
+    found = []
+    for key in unique:
+        group = by_entity.get(key)
+        if group is None:
+            continue
+        group.sort(key=_SAVED_ORDER)
+        texts = list(map(_TEXT, group))
+        if visible is not None:
+            texts = visible.newest(texts, group[0].entity_type)
+        found.append((group[0].name, texts))
+    return found
+
+
+# An entity's rows, oldest first.
+_SAVED_ORDER = operator.attrgetter("turn_seq", "context_id")
+_TEXT = operator.attrgetter("text")

@@ -18,7 +18,7 @@ from typing import Any
 from ..db.execution.unit_of_work import SessionLock, Transaction
 from ..db.routes import OneTrip, Save
 from ..db.statistics import analyze_after
-from ..db.store import Store
+from ..db.store import StoreCore
 from ..identity.resolution import KnownKeyRules, check_key_rules, refuse_other_rules
 from ..model.names import KeyRules
 from ..model.records import NewTurn
@@ -32,7 +32,7 @@ class Repository(Reads):
     """Saves and reads of one store's memories (one per memory; the statements are the
     store's): the saves here, the reads in :class:`reads.Reads`."""
 
-    def __init__(self, store: Store, rules: KeyRules | None = None) -> None:
+    def __init__(self, store: StoreCore, rules: KeyRules | None = None) -> None:
         super().__init__(store, rules)
         self._known = store.statements(KnownKeyRules).checked
 

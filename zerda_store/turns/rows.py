@@ -7,13 +7,9 @@ Builders give exactly the columns :func:`schema.insert_columns` derives from the
 
 from __future__ import annotations
 
-import operator
-from typing import Any, TypeVar
+from typing import Any
 
 from ..model.records import EntityRecord, NewTurn, Outcome, PendingTurn, TurnRecord
-from ..retention.policy import Visibility
-
-T = TypeVar("T")
 
 
 def turn_row(
@@ -145,41 +141,3 @@ def turn_record(row: Any) -> TurnRecord:
 
 def pending_turn(row: Any) -> PendingTurn:
     return PendingTurn(row.id, row.session_id, row.input_text, row.output_text, row.created_at)
-
-
-def recalled(
-    rows: list[Any], unique: list[str], visible: Visibility | None
-) -> list[tuple[str, list[str]]]:
-    """Recall rows grouped by entity, in the order of the keys: each entity's name with its
-    snippets oldest first; under a policy, only the snippets that show. An entity's rows
-    all carry its name and type."""
-    if visible is not None:
-        rows = [row for row in rows if visible.visible(row.entity_type, row.created_at)]
-    by_entity: dict[str, list[Any]] = {}
-    for row in rows:  # in any order: each entity's rows are put in order below
-        group = by_entity.get(row.name_key)
-        if group is None:
-            by_entity[row.name_key] = [row]
-        else:
-            group.append(row)
-    found = []
-    for key in unique:
-        group = by_entity.get(key)
-        if group is None:
-            continue
-        group.sort(key=_SAVED_ORDER)
-        texts = list(map(_TEXT, group))
-        if visible is not None:
-            texts = newest(texts, visible.keep_last(group[0].entity_type))
-        found.append((group[0].name, texts))
-    return found
-
-
-# An entity's rows, oldest first.
-_SAVED_ORDER = operator.attrgetter("turn_seq", "context_id")
-_TEXT = operator.attrgetter("text")
-
-
-def newest(items: list[T], keep: int | None) -> list[T]:
-    """The last ``keep`` of ``items`` (all of them for None)."""
-    return items if keep is None or len(items) <= keep else items[len(items) - keep :]

@@ -22,7 +22,7 @@ from ..migration import migrate
 from ..migration.lock import locked_connection
 from ..migration.survey import upgrade_command
 from ..sharding import citus_version, distributed_tables
-from ..store import Store
+from ..store import StoreCore, takes_store
 
 DISTRIBUTION_COLUMN = "session_id"
 # Distributed by session, co-located with the first; parents before the tables that refer
@@ -157,7 +157,8 @@ class Plan:
     done: list[str] = field(default_factory=list)
 
 
-def plan(store: Store) -> Plan:
+@takes_store
+def plan(store: StoreCore) -> Plan:
     """The statements and the blockers, without changing anything. Refused (StoreError) on
     SQLite and on a database that is not at the head revision."""
     if store.dialect != "postgresql":
@@ -189,7 +190,8 @@ def plan(store: Store) -> Plan:
     return Plan(statements(frozenset(done)), blockers, done)
 
 
-def distribute(store: Store) -> Plan:
+@takes_store
+def distribute(store: StoreCore) -> Plan:
     """Distribute the tables not distributed yet (one transaction, under the migrations'
     lock); the plan it ran (``done``: the tables it found distributed and left alone).
     Refused, with nothing changed, when anything blocks it: the first blocker is the
@@ -205,7 +207,7 @@ def distribute(store: Store) -> Plan:
     return found
 
 
-def _no_citus(store: Store) -> str:
+def _no_citus(store: StoreCore) -> str:
     return (
         f"the citus extension is not installed in {store.safe_url}: run it on a Citus "
         "coordinator and CREATE EXTENSION citus first"

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 
 from ...errors import RefusedValueError, StoreError
 from ..sharding import citus_version, distributed_tables
-from ..store import Store
+from ..store import StoreCore, takes_store
 
 # Terminal states of a background job (citus_rebalance_status()).
 FINISHED = "finished"
@@ -129,14 +129,16 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def nodes(store: Store) -> list[Node]:
+@takes_store
+def nodes(store: StoreCore) -> list[Node]:
     """The primary nodes, their shard placements and leftover copies."""
     with store.connect() as connection:
         _require_citus(store, connection)
         return [Node(**row._asdict()) for row in connection.execute(_NODES)]
 
 
-def problems(store: Store) -> list[str]:
+@takes_store
+def problems(store: StoreCore) -> list[str]:
     """What stops moving shards without blocking writes: the tables not distributed, a
     node whose ``wal_level`` is not ``logical``, a rebalance running already."""
     found = []
@@ -163,7 +165,8 @@ def problems(store: Store) -> list[str]:
     return found
 
 
-def add_worker(store: Store, address: str, say: Say) -> Node:
+@takes_store
+def add_worker(store: StoreCore, address: str, say: Say) -> Node:
     """Register a worker (``citus_add_node``): it must have the database and the citus
     extension already (Citus copies the tables' definitions and roles to it)."""
     host, port = parse_address(address)
@@ -179,8 +182,9 @@ def add_worker(store: Store, address: str, say: Say) -> Node:
     return _node(store, host, port)
 
 
+@takes_store
 def rebalance(
-    store: Store, say: Say, *, drain_only: bool = False, poll: float = 1.0
+    store: StoreCore, say: Say, *, drain_only: bool = False, poll: float = 1.0
 ) -> Progress | None:
     """Move shards (``citus_rebalance_start``, ``shard_transfer_mode => 'auto'``) and wait for
     the job, saying its progress, then drop the copies moves left behind (:func:`clean_up`);
@@ -202,7 +206,8 @@ def rebalance(
     return progress
 
 
-def clean_up(store: Store, say: Say) -> int:
+@takes_store
+def clean_up(store: StoreCore, say: Say) -> int:
     """Drop the copies moves left behind (``CALL citus_cleanup_orphaned_resources()``): they
     hold the moved sessions' rows, which an erasure does not reach. Returns how many
     remain (a copy a query still reads is dropped later, by Citus or the next call)."""
@@ -218,7 +223,8 @@ def clean_up(store: Store, say: Say) -> int:
     return left
 
 
-def drain(store: Store, address: str, say: Say, *, poll: float = 1.0) -> Node:
+@takes_store
+def drain(store: StoreCore, address: str, say: Say, *, poll: float = 1.0) -> Node:
     """Move every shard off a worker, drop the copies the moves left on it, then remove it
     from the cluster. Returns the node as it was just before its removal (no placement, no
     leftover)."""
@@ -248,7 +254,7 @@ def drain(store: Store, address: str, say: Say, *, poll: float = 1.0) -> Node:
     return node
 
 
-def _clean_up(store: Store, host: str, port: int, say: Say) -> Node:
+def _clean_up(store: StoreCore, host: str, port: int, say: Say) -> Node:
     """Drop what moves left behind until no cleanup record names the node."""
     deadline = time.monotonic() + CLEANUP_SECONDS
     while True:
@@ -286,14 +292,14 @@ def _wait(connection: Connection, job_id: int, say: Say, poll: float) -> Progres
         time.sleep(poll)
 
 
-def _node(store: Store, host: str, port: int) -> Node:
+def _node(store: StoreCore, host: str, port: int) -> Node:
     for node in nodes(store):
         if (node.host, node.port) == (host, port):
             return node
     raise StoreError(f"{host}:{port} is not a node of the cluster (zerda-store db citus nodes)")
 
 
-def _check_new_node(store: Store, host: str, port: int) -> None:
+def _check_new_node(store: StoreCore, host: str, port: int) -> None:
     """The node answers with the store's database, role and password, has the citus
     extension, and runs with wal_level = logical."""
     engine = sa.create_engine(
@@ -320,7 +326,7 @@ def _check_new_node(store: Store, host: str, port: int) -> None:
         )
 
 
-def _require_citus(store: Store, connection: Connection) -> None:
+def _require_citus(store: StoreCore, connection: Connection) -> None:
     if store.dialect != "postgresql" or not citus_version(connection):
         raise StoreError(f"{store.safe_url} is not a Citus coordinator (no citus extension)")
 
@@ -332,7 +338,7 @@ def _refuse(found: list[str]) -> None:
 
 
 @contextmanager
-def _autocommit(store: Store) -> Iterator[Connection]:
+def _autocommit(store: StoreCore) -> Iterator[Connection]:
     """A connection of the store whose statements commit at once (Citus's node functions
     run in their own transactions), without the store's lock_timeout: they wait for the
     locks they need as long as it takes."""

@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from ...errors import SchemaNotCurrentError
 from ..execution.failures import database_error
 from ..schema import compatibility_floor
-from ..store import Store
+from ..store import StoreCore
 from .survey import Survey, unknown_revision_error
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def floor_steps(connection: Connection) -> list[FloorStep] | None:
     return [FloorStep(*row) for row in connection.execute(query)]
 
 
-def require_runnable(store: Store, found: Survey, known: frozenset[str], head: str) -> None:
+def require_runnable(store: StoreCore, found: Survey, known: frozenset[str], head: str) -> None:
     """For a zerda_store schema at a revision this version does not know: return when the
     schema says this version can run on it (a newer release's expansion), else raise the
     error that says why not and what to do. Only reads."""
@@ -93,7 +93,7 @@ def require_runnable(store: Store, found: Survey, known: frozenset[str], head: s
 
 
 def below_floor_error(
-    store: Store, revision: str | None, head: str, step: FloorStep
+    store: StoreCore, revision: str | None, head: str, step: FloorStep
 ) -> SchemaNotCurrentError:
     """The refusal of a process whose code is below the schema's compatibility floor."""
     return SchemaNotCurrentError(
@@ -107,7 +107,7 @@ def below_floor_error(
 
 
 def newer_schema_error(
-    store: Store, found: Survey, known: frozenset[str], head: str
+    store: StoreCore, found: Survey, known: frozenset[str], head: str
 ) -> SchemaNotCurrentError:
     """The refusal of a migration by a release older than the schema: what is there, and
     whether this release can still run on it."""

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from ...errors import LockTimeoutError, ReadOnlyStoreError, SchemaNotCurrentError
-from ..store import Store
+from ..store import StoreCore
 from . import sqlite_schema
 from .compatibility import CONTRACT_FLOOR, CONTRACT_REASON, CONTRACT_STEP, raise_floor
 from .lock import alembic_connection, locked_connection
@@ -51,7 +51,7 @@ SAVE_LOCK_ORDER = ("session_key_rules", "turns", "entities", "contexts", "extrac
 UNKEYED = "SELECT COUNT(*), COUNT(DISTINCT session_id) FROM entities WHERE core_key = ''"
 
 
-def contract(store: Store, head: str, current: str) -> list[str]:
+def contract(store: StoreCore, head: str, current: str) -> list[str]:
     """Drop the compatibility defaults still there; returns them as ``table.column``."""
     store.check_writable()
     if current != head:
@@ -77,7 +77,7 @@ def contract(store: Store, head: str, current: str) -> list[str]:
 SQLITE_WAIT_MS = 30_000
 
 
-def _sqlite_refusal(store: Store, exc: DBAPIError) -> Exception:
+def _sqlite_refusal(store: StoreCore, exc: DBAPIError) -> Exception:
     """A SQLite file that cannot be written, or a write lock not had in time, as the
     refusal that says so (nothing was changed: the transaction rolled back)."""
     detail = str(exc.orig).lower()
@@ -115,7 +115,7 @@ def _with_default(connection: Connection) -> list[tuple[str, str, Any]]:
     return found
 
 
-def _contract_postgres(store: Store) -> list[str]:
+def _contract_postgres(store: StoreCore) -> list[str]:
     dropped: list[str] = []
     with locked_connection(store, per_revision=True) as connection:
 

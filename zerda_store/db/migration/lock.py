@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from ...errors import LockTimeoutError, SchemaNotCurrentError, StoreError
-from ..store import Store
+from ..store import StoreCore, takes_store
 
 if TYPE_CHECKING:
     pass
@@ -33,8 +33,9 @@ def _raw_sqlite(connection: Connection, pragma: str) -> None:
     connection.connection.driver_connection.execute(pragma)  # type: ignore[union-attr]
 
 
+@takes_store
 @contextmanager
-def locked_connection(store: Store, *, per_revision: bool = False) -> Iterator[Connection]:
+def locked_connection(store: StoreCore, *, per_revision: bool = False) -> Iterator[Connection]:
     """A connection in one transaction that only one migrating process holds at a time.
 
     On SQLite foreign keys are switched off for the duration (batch migrations copy tables)
@@ -60,7 +61,7 @@ def locked_connection(store: Store, *, per_revision: bool = False) -> Iterator[C
 
 
 @contextmanager
-def _session_locked_connection(store: Store) -> Iterator[Connection]:
+def _session_locked_connection(store: StoreCore) -> Iterator[Connection]:
     """A Postgres connection outside any transaction that holds the migration advisory
     lock for its session, waiting long for it (another deploy job may be migrating).
 
@@ -102,7 +103,7 @@ def _session_locked_connection(store: Store) -> Iterator[Connection]:
 
 @contextmanager
 def alembic_connection(
-    store: Store, *, locked: bool, wait_ms: int = MIGRATION_WAIT_MS
+    store: StoreCore, *, locked: bool, wait_ms: int = MIGRATION_WAIT_MS
 ) -> Iterator[Connection]:
     """A connection in one transaction for Alembic (whose env.py wants SQLite's foreign keys
     off); ``locked``: a write transaction that one migrating process holds at a time,

@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from ...errors import StoreError
 from ..schema import entity_merges, session_key_rules
 from ..sharding import distributed
-from ..store import Store
+from ..store import StoreCore, takes_store
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,8 @@ def _has_log(connection: Connection) -> bool:
     return "reported_at" in {column["name"] for column in inspector.get_columns(entity_merges.name)}
 
 
-def unreported(store: Store, this_run: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+@takes_store
+def unreported(store: StoreCore, this_run: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The report, by session id: this run's sessions (``session_id``, ``key_rules``,
     ``unsure``, ``rekeyed``) and those of earlier runs that stopped before reporting
     (``rekeyed`` None: that run's count was not kept), each with the merges of the log not
@@ -97,7 +98,8 @@ def _rules(connection: Connection, sessions: list[str]) -> dict[str, str]:
     return {row.session_id: row.key_rules for row in connection.execute(query)}
 
 
-def mark_reported(store: Store, report: Sequence[dict[str, Any]], at: float) -> bool:
+@takes_store
+def mark_reported(store: StoreCore, report: Sequence[dict[str, Any]], at: float) -> bool:
     """Mark the report's merges reported (each by its session and id: on Citus one shard
     each); the next run leaves them out. Whether it did: a failure (the database went away
     after the report was shown) is logged, not raised, as the next run only prints those

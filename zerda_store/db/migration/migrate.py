@@ -28,7 +28,7 @@ from ...errors import PermissionDeniedError, SchemaNotCurrentError
 from .. import statistics
 from ..connections.settings import SQLITE_BUSY_TIMEOUT_MS
 from ..execution.failures import is_permission_denied
-from ..store import Store
+from ..store import StoreCore, takes_store
 from . import compatibility, merge_report
 from .lock import alembic_connection, locked_connection
 from .survey import (
@@ -92,7 +92,8 @@ def known_revisions() -> frozenset[str]:
     return frozenset(revision.revision for revision in script.walk_revisions())
 
 
-def downgrade_steps(store: Store, revision: str) -> list[tuple[str, str]]:
+@takes_store
+def downgrade_steps(store: StoreCore, revision: str) -> list[tuple[str, str]]:
     """The revisions a downgrade of the database to ``revision`` undoes, newest first, each
     with its file's slug (``0005``, ``retention``); nothing is changed."""
     from alembic.script import ScriptDirectory
@@ -117,7 +118,8 @@ def downgrade_steps(store: Store, revision: str) -> list[tuple[str, str]]:
     ]
 
 
-def current_revision(store: Store) -> str | None:
+@takes_store
+def current_revision(store: StoreCore) -> str | None:
     """The database's revision, or None for a database Alembic never touched."""
     from alembic.runtime.migration import MigrationContext
 
@@ -125,7 +127,8 @@ def current_revision(store: Store) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
 
-def require_store_database(store: Store) -> str:
+@takes_store
+def require_store_database(store: StoreCore) -> str:
     """The revision of a zerda_store database whose revision this version knows (head or
     older); for anything else, the error that says what the database holds instead (a
     newer release's: whether this version still runs on it)."""
@@ -135,8 +138,9 @@ def require_store_database(store: Store) -> str:
     return require_ours(store, found, known_revisions())
 
 
+@takes_store
 def upgrade(
-    store: Store,
+    store: StoreCore,
     revision: str = "head",
     *,
     assume_normalized: bool | Collection[str] = False,
@@ -203,14 +207,15 @@ def upgrade(
     return report
 
 
-def acknowledge_report(store: Store, report: list[dict[str, Any]]) -> None:
+@takes_store
+def acknowledge_report(store: StoreCore, report: list[dict[str, Any]]) -> None:
     """Mark the merges of an upgrade's report reported: the next ``db upgrade`` leaves them
     out (call it once the report is shown)."""
     merge_report.mark_reported(store, report, time.time())
 
 
 @contextmanager
-def _owner_only(store: Store, command: str) -> Iterator[None]:
+def _owner_only(store: StoreCore, command: str) -> Iterator[None]:
     """Turn a missing privilege during a schema change into the error that says whose change
     it is: a service role (see ``zerda-store db grant``) cannot make it, the owner can."""
     try:
@@ -228,14 +233,14 @@ def _owner_only(store: Store, command: str) -> Iterator[None]:
         ) from None
 
 
-def _schema_chosen(store: Store) -> bool:
+def _schema_chosen(store: StoreCore) -> bool:
     """Whether the schema to create in was chosen: ``schema=``, or a search_path in the
     URL's options (``?options=-csearch_path%3Dname``)."""
     options = store.url.query.get("options", "")
     return store.schema is not None or "search_path" in str(options)
 
 
-def _prepare_new_schema(store: Store, found: Survey) -> None:
+def _prepare_new_schema(store: StoreCore, found: Survey) -> None:
     if found.taken_names:
         raise taken_names_error(store, found)
     if found.elsewhere and not _schema_chosen(store):
@@ -265,7 +270,7 @@ def _create_postgres_schema(connection: Connection, schema: str) -> None:
         connection.commit()
 
 
-def switch_to_wal(store: Store) -> None:
+def switch_to_wal(store: StoreCore) -> None:
     """Switch the SQLite file to WAL as zerda_store's schema is created in it (a file merely
     opened keeps its journal mode; WAL persists in the file). The switch needs a lock that
     SQLite does not wait for, so a process that creates the schema while another is
@@ -285,7 +290,8 @@ def switch_to_wal(store: Store) -> None:
                 time.sleep(0.05)
 
 
-def contract(store: Store) -> list[str]:
+@takes_store
+def contract(store: StoreCore) -> list[str]:
     """The contract step of an upgrade: drop the defaults kept for servers of the previous
     release (``table.column`` of each dropped); refused at a revision other than head or
     while entities that ``db rekey`` would re-key remain (see :mod:`.contract`)."""
@@ -295,7 +301,8 @@ def contract(store: Store) -> list[str]:
         return drop_compatibility_defaults(store, head_revision(), require_store_database(store))
 
 
-def downgrade(store: Store, revision: str) -> None:
+@takes_store
+def downgrade(store: StoreCore, revision: str) -> None:
     """Downgrade the schema to ``revision`` ("base" drops every table)."""
     from alembic import command
 
@@ -323,7 +330,8 @@ def refuse_interrupted_identity(connection: Connection, current: str | None) -> 
         )
 
 
-def check(store: Store) -> None:
+@takes_store
+def check(store: StoreCore) -> None:
     """Raise ``alembic.util.exc.AutogenerateDiffsDetected`` if the tables differ from the
     code. Only reads (a read-only store will do)."""
     from alembic import command
@@ -334,7 +342,8 @@ def check(store: Store) -> None:
         command.check(alembic_config(connection, stdout=io.StringIO()))
 
 
-def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = True) -> None:
+@takes_store
+def ensure_schema(store: StoreCore, auto_migrate: bool | None, *, create: bool = True) -> None:
     """Make sure the database holds zerda_store's schema at head, or at a newer release's
     revision at or above its compatibility floor (an expansion this version runs on,
     never migrated): upgrade one behind head (SQLite by default, never a read-only store)
@@ -373,7 +382,8 @@ def ensure_schema(store: Store, auto_migrate: bool | None, *, create: bool = Tru
         store.schema_checked = True
 
 
-def prepare_for_new_data(store: Store) -> None:
+@takes_store
+def prepare_for_new_data(store: StoreCore) -> None:
     """For the commands that bring data in (``demo``, ``import``, ``copy``'s destination):
     create zerda_store's schema in an empty database on any backend, as ``db upgrade``
     would; otherwise as :func:`ensure_schema` with the backend's default (an older schema

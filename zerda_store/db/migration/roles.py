@@ -31,7 +31,7 @@ from sqlalchemy.sql.compiler import IdentifierPreparer
 from ...errors import PermissionDeniedError, RefusedValueError, StoreError
 from ..execution.failures import database_error, is_permission_denied
 from ..schema import metadata
-from ..store import Store
+from ..store import StoreCore, takes_store
 from . import migrate
 from .lock import locked_connection
 from .survey import VERSION_TABLE
@@ -140,8 +140,9 @@ def statements(
     return sql
 
 
+@takes_store
 def plan(
-    store: Store, *, service: str | None, inspector: str | None, create: bool = False
+    store: StoreCore, *, service: str | None, inspector: str | None, create: bool = False
 ) -> Grant:
     """What :func:`grant` would run, with the same refusals; changes nothing."""
     _refuse_misuse(store, service, inspector)
@@ -149,8 +150,9 @@ def plan(
         return _planned(connection, store, service, inspector, create)
 
 
+@takes_store
 def grant(
-    store: Store, *, service: str | None, inspector: str | None, create: bool = False
+    store: StoreCore, *, service: str | None, inspector: str | None, create: bool = False
 ) -> Grant:
     """Give the service role and the inspection role their privileges on zerda_store's
     objects, in one transaction under the migrations' lock (an upgrade running meanwhile
@@ -176,7 +178,7 @@ def grant(
         raise database_error(store, exc) from None
 
 
-def _refuse_misuse(store: Store, service: str | None, inspector: str | None) -> None:
+def _refuse_misuse(store: StoreCore, service: str | None, inspector: str | None) -> None:
     if store.dialect != "postgresql":
         raise StoreError(
             f"{store.location} is a {store.dialect} database, which has no roles: "
@@ -193,7 +195,7 @@ def _refuse_misuse(store: Store, service: str | None, inspector: str | None) -> 
 
 def _planned(
     connection: Connection,
-    store: Store,
+    store: StoreCore,
     service: str | None,
     inspector: str | None,
     create: bool,
@@ -220,7 +222,7 @@ def _planned(
     return done
 
 
-def _objects(connection: Connection, store: Store) -> Objects:
+def _objects(connection: Connection, store: StoreCore) -> Objects:
     where = connection.execute(_WHERE).first()
     if where is None:  # the error that says what the database holds instead
         migrate.require_store_database(store)
@@ -246,7 +248,7 @@ def _objects(connection: Connection, store: Store) -> Objects:
 
 
 def _checked_roles(
-    connection: Connection, store: Store, objects: Objects, roles: Sequence[str]
+    connection: Connection, store: StoreCore, objects: Objects, roles: Sequence[str]
 ) -> list[str]:
     """The roles of ``roles`` that do not exist; refused: one that owns the tables (or is a
     member of their owner) or a superuser, as either bypasses every privilege."""

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from ...errors import NotAStoreDatabaseError, SchemaNotCurrentError, StoreError
 from ..execution.failures import database_error
 from ..schema import contexts, entities, metadata, turns
-from ..store import Store
+from ..store import StoreCore, takes_store
 
 # The tables every revision of zerda_store has had: a schema holding all three is ours.
 CORE_TABLES = frozenset({turns.name, entities.name, contexts.name})
@@ -60,7 +60,8 @@ class Survey:
         return tuple(table for table in self.tables if table in OUR_TABLES)
 
 
-def survey(store: Store) -> Survey:
+@takes_store
+def survey(store: StoreCore) -> Survey:
     """Look at the database without changing it; a database error is zerda_store's."""
     try:
         return _survey(store)
@@ -68,7 +69,7 @@ def survey(store: Store) -> Survey:
         raise database_error(store, exc) from None
 
 
-def _survey(store: Store) -> Survey:
+def _survey(store: StoreCore) -> Survey:
     with store.connect() as connection:
         from alembic.runtime.migration import MigrationContext
 
@@ -106,7 +107,8 @@ def _schemas_with_our_tables(connection: Connection) -> tuple[str, ...]:
     return tuple(connection.execute(query).scalars())
 
 
-def upgrade_command(store: Store) -> str:
+@takes_store
+def upgrade_command(store: StoreCore) -> str:
     """The command line that creates or upgrades zerda_store's schema in this store's
     database: its URL as written, password masked, quoted for a POSIX shell (for a store
     behind a transaction pooler, a placeholder for the server's own URL)."""
@@ -125,7 +127,7 @@ def _listing(tables: Sequence[str]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
-def hidden_schema_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
+def hidden_schema_error(store: StoreCore, found: Survey) -> NotAStoreDatabaseError:
     """Our tables are in another schema than the one the connection uses."""
     schemas = ", ".join(found.elsewhere)
     first = found.elsewhere[0]
@@ -137,7 +139,7 @@ def hidden_schema_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
     )
 
 
-def not_ours_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
+def not_ours_error(store: StoreCore, found: Survey) -> NotAStoreDatabaseError:
     """The database has no revision of ours: empty, or another application's tables."""
     if found.elsewhere:
         return hidden_schema_error(store, found)
@@ -154,7 +156,7 @@ def not_ours_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
     )
 
 
-def taken_names_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
+def taken_names_error(store: StoreCore, found: Survey) -> NotAStoreDatabaseError:
     """Another application's tables bear the names of zerda_store's: nothing can be
     created beside them."""
     return NotAStoreDatabaseError(
@@ -164,7 +166,7 @@ def taken_names_error(store: Store, found: Survey) -> NotAStoreDatabaseError:
     )
 
 
-def unknown_revision_error(store: Store, found: Survey) -> SchemaNotCurrentError:
+def unknown_revision_error(store: StoreCore, found: Survey) -> SchemaNotCurrentError:
     """The version table holds a revision that is not one of ours."""
     if found.elsewhere:
         return hidden_schema_error(store, found)
@@ -182,7 +184,7 @@ def unknown_revision_error(store: Store, found: Survey) -> SchemaNotCurrentError
     )
 
 
-def require_ours(store: Store, found: Survey, known: Collection[str]) -> str:
+def require_ours(store: StoreCore, found: Survey, known: Collection[str]) -> str:
     """The revision of a database that holds zerda_store's schema at a revision this
     version knows; otherwise the error that says what is there instead."""
     if found.revision is None:
@@ -192,7 +194,7 @@ def require_ours(store: Store, found: Survey, known: Collection[str]) -> str:
     return found.revision
 
 
-def record_behind_tables(store: Store, revision: str | None, exc: DBAPIError) -> StoreError:
+def record_behind_tables(store: StoreCore, revision: str | None, exc: DBAPIError) -> StoreError:
     """An upgrade that met a table or index of a later revision: the version record was
     set back by hand (or restored apart from the tables). Nothing was changed."""
     return SchemaNotCurrentError(

@@ -20,7 +20,7 @@ from ...telemetry.operations import DELETE, SEARCH, UPDATE, counts, note_recall,
 from ...telemetry.operations import current as observed_operation
 from ...turns.aio.repository import AsyncRepository
 from ...validation import mapping_text
-from ..base import RECALL_LIMIT, MemoryCore, checked_key, entity_info, outcome
+from ..base import RECALL_LIMIT, MemoryCore, checked_key, entity_info, outcome, store_core
 
 
 class AsyncMethods(MemoryCore):
@@ -35,7 +35,7 @@ class AsyncMethods(MemoryCore):
     async def aclose(self) -> None:
         """:meth:`close` from async code: waits for running units of work on a thread."""
         if self._owns_store:
-            await self.store.aclose()
+            await self._store.aclose()
 
     def _async_repository(self) -> AsyncRepository:
         return AsyncRepository(self._repository)
@@ -44,7 +44,7 @@ class AsyncMethods(MemoryCore):
         """:meth:`_extract` from async code: an async LLM (``agenerate``) or extractor is
         awaited on the event loop; a synchronous one runs on the store's LLM threads."""
         extractor = self._current_extractor()
-        return await self._extraction.aextract(text, extractor, self.store.llm_executor)
+        return await self._extraction.aextract(text, extractor, self._store.llm_executor)
 
     async def _avisible(self) -> Visibility | None:
         """:meth:`_visible`, its read of the session's last activity awaited."""
@@ -57,7 +57,7 @@ class AsyncMethods(MemoryCore):
         """:meth:`_check_key_rules`, its read awaited."""
         check = self._repository.key_rules_check(self.session_id)
         if check is not None:
-            await self.store.aread(check)
+            await self._store.aread(check)
 
     async def _aexpire_if_idle(self) -> None:
         """:meth:`_expire_if_idle`, awaited: the rule's read awaited, the (rare, batched)
@@ -67,9 +67,9 @@ class AsyncMethods(MemoryCore):
             return
         if (await self._policies.avisibility(self.session_id, policy, self._now())).idle_expired:
             pruner, session_id = self._pruner(), self.session_id
-            await self.store.arun(lambda: pruner.prune(session_id))
+            await self._store.arun(lambda: pruner.prune(session_id))
 
-    @observed(UPDATE)
+    @observed(UPDATE, store=store_core)
     async def asave_context(
         self,
         inputs: Mapping[str, Any],
@@ -86,12 +86,12 @@ class AsyncMethods(MemoryCore):
         repository = self._async_repository()
         if key is not None and await repository.has_turn(self.session_id, key):
             return
-        self.store.check_writable()  # before extraction: no model call for a refused write
+        self._store.check_writable()  # before extraction: no model call for a refused write
         await self._aexpire_if_idle()
         turn = self._new_turn(texts, await self._aextract(turn_text(*texts)), key)
         await repository.save_turn(self.session_id, turn)
 
-    @observed(SEARCH)
+    @observed(SEARCH, store=store_core)
     async def aload_memory_variables(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """:meth:`load_memory_variables`, awaited."""
         input_text = mapping_text(inputs, self.input_key, "inputs")
@@ -104,7 +104,7 @@ class AsyncMethods(MemoryCore):
             note_recall(recalled, input_text)
         return self._variables(recalled)
 
-    @observed(DELETE)
+    @observed(DELETE, store=store_core)
     async def aclear(self) -> None:
         """:meth:`clear`, awaited."""
         await self._erasure.aclear(self.session_id)
@@ -114,7 +114,7 @@ class AsyncMethods(MemoryCore):
         visible = await self._avisible()
         return self._stats(await self._async_repository().stats(self.session_id, visible))
 
-    @observed(SEARCH)
+    @observed(SEARCH, store=store_core)
     async def aget_entity_info(self, entity_name: str) -> dict[str, Any] | None:
         """:meth:`get_entity_info`, awaited."""
         mention = self._named(entity_name)
@@ -131,7 +131,7 @@ class AsyncMethods(MemoryCore):
         entities = await self._async_repository().list_entities(self.session_id, visible)
         return [entity.name for entity in entities]
 
-    @observed(DELETE, done=counts)
+    @observed(DELETE, store=store_core, done=counts)
     async def aforget_entity(
         self, name: str, *, with_turns: bool = False, dry_run: bool = False
     ) -> dict[str, Any]:
@@ -147,10 +147,10 @@ class AsyncMethods(MemoryCore):
         )
         return asdict(receipt or ForgetReceipt())
 
-    @observed(UPDATE, done=counts)
+    @observed(UPDATE, store=store_core, done=counts)
     async def areextract(self) -> dict[str, int]:
         """:meth:`reextract`, awaited (one failed turn at a time, as there)."""
-        self.store.check_writable()
+        self._store.check_writable()
         counts = {"repaired": 0, "failed": 0}
         for turn in await self._ledger.afailed_turns(self.session_id):
             result = await self._aextract(turn.text)

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 from ...model.records import EntityRecord, Mention, NewTurn, SessionStats
 from ...retention.policy import Visibility
+from ..reads import recalled
 from ..repository import Repository
-from ..rows import recalled
 
 T = TypeVar("T")
 
