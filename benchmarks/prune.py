@@ -24,6 +24,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from zerda_store import ConversationEntityMemory, Store, migrate
+from zerda_store.db.store import core_of
 from zerda_store.retention.pruning import Pruner
 
 NAMES_PER_TURN = 4
@@ -98,7 +99,7 @@ def run(backend: str, snippets: int, keep: int) -> dict[str, object]:
         before = recall_p50(memory, entities)
         memory.set_retention(keep_last=keep)
         started = time.perf_counter()
-        receipt = Pruner(store).prune("big").as_dict()
+        receipt = Pruner(core_of(store)).prune("big").as_dict()
         prune_s = time.perf_counter() - started
         after = recall_p50(memory, entities)
         return {

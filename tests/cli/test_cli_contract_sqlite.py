@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from tests.cli.helpers import invoke, one_line_error
 from zerda_store import Store, migrate
 from zerda_store.db.migration import contract
+from zerda_store.db.store import core_of
 from zerda_store.errors import ReadOnlyStoreError
 
 
@@ -39,7 +40,7 @@ def test_a_sqlite_file_db_contract_cannot_write_is_named_as_such(sqlite_url):
         error = sa.exc.OperationalError(
             "BEGIN IMMEDIATE", {}, sqlite3.OperationalError("attempt to write a readonly database")
         )
-        refusal = contract._sqlite_refusal(store, error)
+        refusal = contract._sqlite_refusal(core_of(store), error)
 
     assert isinstance(refusal, ReadOnlyStoreError)
     assert "cannot be written (a read-only file or folder)" in str(refusal)

@@ -161,7 +161,7 @@ def _grow_and_shrink(
             for thread in threads:
                 thread.join(60)
         layout = nodes.nodes(admin)
-        with admin.query() as connection:
+        with admin.connect() as connection:
             stored = Counter(
                 (row.session_id, row.idempotency_key)
                 for row in connection.execute(

@@ -44,7 +44,7 @@ def stored(database_url: str, table: str, session_id: str = "s1") -> int:
 
 def pruner(database_url: str, clock: Clock, **options: Any) -> tuple[Store, Pruner]:
     store = Store(database_url)
-    return store, Pruner(store, now=clock, **options)
+    return store, Pruner(core_of(store), now=clock, **options)
 
 
 def test_keep_last_hides_older_snippets_before_the_prune_and_deletes_them_after(
@@ -193,7 +193,7 @@ def test_an_interrupted_prune_finishes_when_run_again(memory, clock, database_ur
     assert memory.prune(dry_run=True) != planned  # three batches went through
 
     with Store(database_url) as again:
-        Pruner(again, now=clock, batch_size=2).prune("s1")
+        Pruner(core_of(again), now=clock, batch_size=2).prune("s1")
 
     assert memory.prune(dry_run=True)["snippets"] == 0
     shown_after = {name: memory.entity_store[name].contexts for name in memory.list_entities()}
@@ -219,7 +219,7 @@ def test_prune_concurrent_with_saves_loses_no_turn_the_policy_keeps(memory, cloc
     thread.start()
     try:
         with Store(database_url) as store:
-            Pruner(store, now=clock, batch_size=7).prune("s1")
+            Pruner(core_of(store), now=clock, batch_size=7).prune("s1")
     finally:
         done.set()
         thread.join()

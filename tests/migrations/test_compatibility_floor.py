@@ -25,6 +25,7 @@ from zerda_store import ConversationEntityMemory, SchemaNotCurrentError, Store, 
 from zerda_store.db.migration import compatibility
 from zerda_store.db.migration.lock import locked_connection
 from zerda_store.db.migration.survey import Survey, survey
+from zerda_store.db.store import core_of
 
 EXPAND, CONTRACT = "9901", "9902"
 FLOOR = "SELECT raised_by, floor_revision FROM compatibility_floor ORDER BY raised_by"
@@ -207,11 +208,11 @@ def test_db_contract_raises_the_floor_above_the_releases_before_its_columns(
     older = frozenset(f"{n:04d}" for n in range(1, 6))
     found = _survey_at(store, "0013")
     with pytest.raises(SchemaNotCurrentError) as refused:
-        compatibility.require_runnable(store, found, older, "0005")
+        compatibility.require_runnable(core_of(store), found, older, "0005")
     assert "`zerda-store db contract` raised its compatibility floor to revision 0006" in str(
         refused.value
     )
-    compatibility.require_runnable(store, found, older | {"0006"}, "0006")
+    compatibility.require_runnable(core_of(store), found, older | {"0006"}, "0006")
 
 
 def test_revision_0012_records_a_contract_made_before_it(empty_database_url: str) -> None:
@@ -232,6 +233,6 @@ def _survey_at(store: Store, revision: str) -> Survey:
 def _drop_previous_release_defaults(store: Store) -> None:
     from zerda_store.db.migration.contract import contract
 
-    contract(store, "0011", "0011")  # as `db contract` did at 0011
+    contract(core_of(store), "0011", "0011")  # as `db contract` did at 0011
     with store.connect() as connection:
         assert sa.inspect(connection).has_table("compatibility_floor") is False

@@ -14,29 +14,29 @@ import pytest
 import sqlalchemy as sa
 
 from tests.doubles import AsyncKeywordLLM, CountedThreads
-from zerda_store import ConversationEntityMemory, Store, StoreError
+from zerda_store import ConversationEntityMemory, StoreError
 from zerda_store.db.aio import loop_reads
 from zerda_store.db.execution.driver import compile_statement
 from zerda_store.db.execution.unit_of_work import OneStatement
-from zerda_store.db.store import core_of
+from zerda_store.db.store import StoreCore
 
 pytestmark = pytest.mark.postgres
 
 PEOPLE = ["Sarah Chen", "Omar Haddad"]
 
 
-def _statement(store: Store, sql: str) -> Any:
+def _statement(store: StoreCore, sql: str) -> Any:
     return compile_statement(sa.text(sql).columns(sa.column("value")), store.engine.dialect)
 
 
-def _one(store: Store, sql: str) -> OneStatement[Any]:
+def _one(store: StoreCore, sql: str) -> OneStatement[Any]:
     return OneStatement(_statement(store, sql), {}, lambda rows: rows[0].value)
 
 
 def test_a_turns_reads_go_from_the_event_loop_without_a_thread(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
         memory.save_context({"input": "Sarah Chen renewed"}, {"output": "ok"}, idempotency_key="m1")
         threads = CountedThreads(store, monkeypatch)
@@ -59,7 +59,7 @@ def test_a_turns_reads_go_from_the_event_loop_without_a_thread(
 def test_a_connection_the_server_closed_while_idle_is_replaced(
     postgres_url: str, postgres_admin: sa.Engine
 ) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
         memory.save_context({"input": "Omar Haddad called"}, {"output": "ok"})
         database = sa.make_url(postgres_url).database
@@ -79,11 +79,11 @@ def test_a_connection_the_server_closed_while_idle_is_replaced(
 
 
 def test_a_driver_error_is_raised_as_the_thread_path_raises_it(postgres_url: str) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         work = _one(store, "SELECT 1 / 0 AS value")
         with pytest.raises(StoreError) as on_thread:
-            core_of(store).read(work)
-        core_of(store).read(_one(store, "SELECT 1 AS value"))  # a connection left idle
+            store.read(work)
+        store.read(_one(store, "SELECT 1 AS value"))  # a connection left idle
 
         with pytest.raises(StoreError) as on_loop:
             asyncio.run(loop_reads.read(store, work))
@@ -94,9 +94,9 @@ def test_a_driver_error_is_raised_as_the_thread_path_raises_it(postgres_url: str
 
 
 def test_a_cancelled_read_drops_its_connection(postgres_url: str) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         pid = _one(store, "SELECT pg_backend_pid() AS value")
-        first = core_of(store).read(pid)  # the one connection, left idle
+        first = store.read(pid)  # the one connection, left idle
 
         async def cancelled() -> None:
             task = asyncio.create_task(
@@ -119,15 +119,13 @@ def test_a_wave_of_reads_finds_as_many_idle_connections_as_the_pool_keeps(
     """A service's requests come in waves: a store keeps idle up to its pool's size of
     connections, so that a wave of reads goes from the event loop, not to threads."""
     wave = 8
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
         memory.save_context({"input": "Sarah Chen renewed"}, {"output": "ok"})
 
         async def turns() -> list[str]:
             # ``wave`` connections at once on the database threads, then all left idle.
-            await asyncio.gather(
-                *(core_of(store).aread(lambda _: time.sleep(0.3)) for _ in range(wave))
-            )
+            await asyncio.gather(*(store.aread(lambda _: time.sleep(0.3)) for _ in range(wave)))
             threads = CountedThreads(store, monkeypatch)
             memories = [
                 ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store) for _ in range(wave)

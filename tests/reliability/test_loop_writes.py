@@ -18,7 +18,6 @@ from zerda_store import (
     CancelledAfterCommitError,
     ConversationEntityMemory,
     LockTimeoutError,
-    Store,
     StoreError,
 )
 from zerda_store.db.aio import loop_writes
@@ -26,32 +25,32 @@ from zerda_store.db.aio.psycopg_internals import LoopPipeline
 from zerda_store.db.execution.driver import compile_statement
 from zerda_store.db.execution.pipeline import write_pipelined
 from zerda_store.db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
-from zerda_store.db.store import core_of
+from zerda_store.db.store import StoreCore
 
 pytestmark = pytest.mark.postgres
 
 PEOPLE = ["Sarah Chen", "Omar Haddad"]
 
 
-def _step(store: Store, sql: str, **values: Any) -> tuple[Any, dict[str, Any]]:
+def _step(store: StoreCore, sql: str, **values: Any) -> tuple[Any, dict[str, Any]]:
     statement = sa.text(sql).bindparams(*(sa.bindparam(name, type_=sa.Integer) for name in values))
     return compile_statement(statement.columns(sa.column("value")), store.engine.dialect), values
 
 
-def _rows(store: Store, sql: str) -> list[Any]:
+def _rows(store: StoreCore, sql: str) -> list[Any]:
     with store.connect() as connection:
         return [row[0] for row in connection.execute(sa.text(sql))]
 
 
-def _backend_pid(store: Store) -> int:
+def _backend_pid(store: StoreCore) -> int:
     work = _step(store, "SELECT pg_backend_pid() AS value")[0]
-    return int(core_of(store).read(lambda transaction: transaction.run(work)[0].value))
+    return int(store.read(lambda transaction: transaction.run(work)[0].value))
 
 
 @pytest.fixture
-def probe(postgres_url: str) -> Store:
+def probe(postgres_url: str) -> StoreCore:
     """A store over a database with a ``probe`` table, and one connection left idle."""
-    store = Store(postgres_url)
+    store = StoreCore(postgres_url)
     with store.connect() as connection:
         connection.execute(sa.text("CREATE TABLE probe (id int)"))
         connection.commit()
@@ -62,7 +61,7 @@ def probe(postgres_url: str) -> Store:
 def test_an_async_turn_reaches_no_database_thread(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
         memory.save_context({"input": "Sarah Chen called"}, {"output": "ok"})  # rules checked
         threads = CountedThreads(store, monkeypatch)
@@ -91,7 +90,7 @@ def test_an_async_turn_reaches_no_database_thread(
 
 
 def test_a_write_is_sent_whole_and_committed_while_the_event_loop_is_busy(
-    probe: Store, postgres_url: str
+    probe: StoreCore, postgres_url: str
 ) -> None:
     # A parameter larger than the socket's buffer: libpq holds what the socket did not take.
     large = sa.text("SELECT length(:text) AS value").bindparams(sa.bindparam("text", type_=sa.Text))
@@ -129,7 +128,7 @@ def test_a_cancelled_save_sent_nothing_or_stored_its_turn(
 ) -> None:
     """A save's pipeline goes out before its first await: a cancellation that finds it
     waiting for its answer gets CancelledAfterCommitError, and the turn is stored."""
-    with Store(postgres_url) as store:
+    with StoreCore(postgres_url) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
         memory.save_context({"input": "Sarah Chen called"}, {"output": "ok"})
         answers = LoopPipeline.answers
@@ -161,7 +160,7 @@ def test_a_cancelled_save_sent_nothing_or_stored_its_turn(
         assert memory.get_entity_info("Omar Haddad") is not None
 
 
-def test_a_write_cancelled_after_its_sync_reports_what_it_stored(probe: Store) -> None:
+def test_a_write_cancelled_after_its_sync_reports_what_it_stored(probe: StoreCore) -> None:
     steps = [
         _step(probe, "INSERT INTO probe VALUES (1)"),
         _step(probe, "SELECT pg_sleep(0.8) IS NULL AS value"),
@@ -181,7 +180,7 @@ def test_a_write_cancelled_after_its_sync_reports_what_it_stored(probe: Store) -
 
 
 def test_an_error_the_server_reports_rolls_back_and_is_raised_as_on_a_thread(
-    probe: Store,
+    probe: StoreCore,
 ) -> None:
     steps = [_step(probe, "INSERT INTO probe VALUES (1)"), _step(probe, "SELECT 1 / 0 AS value")]
     with pytest.raises(StoreError) as on_thread:
@@ -203,7 +202,7 @@ def test_a_save_that_times_out_on_its_lock_is_not_run_again_on_a_thread(
 ) -> None:
     """An error that another attempt would meet again is raised from the event loop's
     attempt: the save waits for its lock once, not once more on a thread."""
-    with Store(postgres_url, lock_timeout=0.5) as store:
+    with StoreCore(postgres_url, lock_timeout=0.5) as store:
         memory = ConversationEntityMemory(AsyncKeywordLLM(PEOPLE), store=store, auto_migrate=True)
         memory.save_context({"input": "Sarah Chen called"}, {"output": "ok"})
         threads = CountedThreads(store, monkeypatch)
@@ -223,7 +222,7 @@ def test_a_save_that_times_out_on_its_lock_is_not_run_again_on_a_thread(
         assert memory.get_memory_stats()["message_count"] == 1
 
 
-def test_a_write_goes_whole_and_its_connection_is_kept(probe: Store) -> None:
+def test_a_write_goes_whole_and_its_connection_is_kept(probe: StoreCore) -> None:
     first = _backend_pid(probe)
     steps = [
         _step(probe, "INSERT INTO probe VALUES (:one)", one=1),

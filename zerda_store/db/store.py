@@ -49,6 +49,7 @@ from .connections.settings import (
     DEFAULT_POOL_TIMEOUT,
     IMMUTABLE,
     NO_PING,
+    POOL_OVERFLOW,
     POSTGRES_EXTRA,
     Durability,
     checked_schema,
@@ -271,7 +272,7 @@ class StoreCore:
         """The error to raise when no connection of the pool came free in time."""
         pool: Any = self.engine.pool
         return PoolExhaustedError(
-            f"all {pool.size() + pool._max_overflow} connections of the store's pool to "
+            f"all {pool.size() + POOL_OVERFLOW} connections of the store's pool to "
             f"{self.location} stayed in use for {self.pool_timeout:g} s (pool_timeout): "
             "fewer threads at once on one store, or a larger pool with "
             "Store(async_pool_size=...); nothing was run"
@@ -421,9 +422,9 @@ class Store:
     ``lock_timeout`` (seconds) bounds how long a statement waits for a lock another
     connection holds; past it the call raises :class:`LockTimeoutError`. Use the store as
     a context manager (``with`` or ``async with``) or call :meth:`close` (from async code,
-    ``await`` :meth:`aclose`); closing never deletes data. Its async methods delegate to
-    the :class:`aio.store.AsyncPart` it holds, which runs each unit of work whole on one of
-    ``async_pool_size`` database threads, on the same pool. The pool keeps a connection for
+    ``await`` :meth:`aclose`); closing never deletes data. The async calls of the memories
+    on it run each unit of work whole on one of ``async_pool_size`` database threads, on
+    the same pool. The pool keeps a connection for
     each of those threads and one more, and opens up to 10 more for sync callers; a call
     that finds no connection (or, async, no thread) free for ``pool_timeout`` seconds
     raises :class:`PoolExhaustedError`.
@@ -444,8 +445,10 @@ class Store:
     without turn texts, names or snippets (docs/observability.md).
 
     What a store shows is what its users call: where it is (:attr:`url`, :attr:`location`,
-    :attr:`safe_url`, :attr:`dialect`, :attr:`schema`, :attr:`read_only`), a connection for
-    SQL of their own (:meth:`connect`, or :attr:`engine` for SQLAlchemy), and closing it.
+    :attr:`safe_url`, :attr:`dialect`, :attr:`schema`, :attr:`read_only`, :attr:`closed`),
+    a connection for SQL of their own (:meth:`connect`, or :attr:`engine` for SQLAlchemy),
+    the checks a tool makes before it writes, and closing it. The rest is on its
+    :class:`StoreCore`.
     """
 
     def __init__(

@@ -40,6 +40,9 @@ logger = logging.getLogger("zerda_store.engine")
 CONNECT_TIMEOUT_SECONDS = 5
 # How long a call waits for a connection of the store's pool when all are in use (seconds).
 DEFAULT_POOL_TIMEOUT = 30.0
+# Connections the pool opens beyond its size for sync callers (pool_size is the async
+# threads and one more).
+POOL_OVERFLOW = 10
 # How long a statement waits for a lock another connection holds, by default (seconds):
 # Postgres's lock_timeout, SQLite's busy timeout.
 DEFAULT_LOCK_TIMEOUT = 5.0
@@ -137,7 +140,7 @@ def create_store_engine(
     driver_url, options = engine_options(url, lock_timeout, schema)
     if prepared_statements is False:
         options["connect_args"]["prepare_threshold"] = None
-    options.update(pool_size=pool_size, max_overflow=10, pool_timeout=pool_timeout)
+    options.update(pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_timeout=pool_timeout)
     engine = sa.create_engine(driver_url, **options)
     configure(engine, url, durability, lock_timeout, read_only, schema, prepared_statements)
     return engine

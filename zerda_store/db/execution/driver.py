@@ -153,7 +153,7 @@ class RowReader:
         self._new = functools.partial(tuple.__new__, self.row_type)
         self._processors = []
         for index, ((_, type_), described) in enumerate(zip(columns, description, strict=False)):
-            process = type_.dialect_impl(dialect)._cached_result_processor(dialect, described[1])
+            process = type_.dialect_impl(dialect).result_processor(dialect, described[1])
             if process is not None:
                 self._processors.append((index, process))
 
