@@ -25,6 +25,7 @@ from ..db.schema import (
     entity_merges,
     identity_judgements,
     in_same_session,
+    listed_first_seen,
     session_key_rules,
 )
 
@@ -269,7 +270,7 @@ class IdentityStatements(Statements):
         # The names and cores ``similar_entities`` pairs, in first-seen order.
         self.names_and_cores = compiled(
             sa.select(entities.c.name, entities.c.core_key, entities.c.name_key)
-            .where(entities.c.session_id == session_param())
+            .where(entities.c.session_id == session_param(), listed_first_seen())
             .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
         )
         self.merges = compiled(

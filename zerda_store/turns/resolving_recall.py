@@ -49,23 +49,40 @@ def _keys() -> Any:
     return sa.func.unnest(keys).table_valued("key").render_derived()
 
 
+# The columns each table's unique key pairs with the session, ``(session_id, column)``: the
+# one index of the table led by the session.
+_SESSION_KEYS = {entities.c.name_key, entity_aliases.c.alias_key}
+
+
+def _in_session(table: sa.Table, column: Any, key: Any) -> Any:
+    """The session's rows of ``table`` whose ``column`` is ``key``, in a form that one index
+    alone serves, whatever the statistics say. Without statistics, Postgres takes a session
+    of a small table for about one row, and then any index led by ``session_id`` looks as
+    cheap for ``session_id = :session_id`` alone (the session read, the key filtered) as
+    the key's own index: so a column other than the session's key (a core, an id) names
+    the session only inside a row range led by the column, ``(column, session_id) BETWEEN
+    (key, :session_id) AND (key, :session_id)``, which only the index led by the column,
+    then the session, can serve (revision 0014). ``column = key`` too, for the estimate
+    (one row)."""
+    session = sa.bindparam("session_id", type_=sa.String)
+    if column in _SESSION_KEYS:
+        return sa.and_(table.c.session_id == session, column == key)
+    bound = sa.tuple_(key, session)
+    return sa.and_(column == key, sa.tuple_(column, table.c.session_id).between(bound, bound))
+
+
 def _probe(table: sa.Table, column: Any, key: Any, *selected: Any) -> Any:
     """LATERAL: ``selected`` of the session's rows of ``table`` whose ``column`` is ``key``."""
-    return (
-        sa.select(*selected)
-        .where(table.c.session_id == sa.bindparam("session_id", type_=sa.String), column == key)
-        .offset(_KEEP_APART)
-        .lateral()
-    )
+    return sa.select(*selected).where(_in_session(table, column, key)).offset(_KEEP_APART).lateral()
 
 
 def _probed_candidates() -> Any:
     """Postgres: the candidates of ``identity.statements.candidates_select``, with their
     entity's id, found by probing an index per key (``unnest`` joined LATERAL to a probe
-    that matches an index exactly on the session and the key). An ``= ANY(:keys)`` gives
-    the planner a cheaper-looking scan of the whole session on another index led by
-    ``session_id`` while the tables have no statistics, and keeps its generic plan off the
-    indexes; a probe per key has no such choice."""
+    that only the index of the key and the session can serve: :func:`_in_session`). An
+    ``= ANY(:keys)`` gives the planner a cheaper-looking scan of the whole session on the
+    index led by ``session_id`` while the tables have no statistics, and keeps its generic
+    plan off the indexes; a probe per key has no such choice."""
 
     def by_entity(column: Any) -> Any:
         keys = _keys()
