@@ -49,9 +49,9 @@ def _keys() -> Any:
     return sa.func.unnest(keys).table_valued("key").render_derived()
 
 
-# The columns each table's unique key pairs with the session, ``(session_id, column)``: the
-# one index of the table led by the session.
-_SESSION_KEYS = {entities.c.name_key, entity_aliases.c.alias_key}
+# (table, column) of each table's unique key with the session, ``(session_id, column)``:
+# the one index of the table led by the session.
+_SESSION_KEYS = {(entities.name, "name_key"), (entity_aliases.name, "alias_key")}
 
 
 def _in_session(table: sa.Table, column: Any, key: Any) -> Any:
@@ -65,7 +65,7 @@ def _in_session(table: sa.Table, column: Any, key: Any) -> Any:
     then the session, can serve (revision 0014). ``column = key`` too, for the estimate
     (one row)."""
     session = sa.bindparam("session_id", type_=sa.String)
-    if column in _SESSION_KEYS:
+    if (table.name, column.name) in _SESSION_KEYS:
         return sa.and_(table.c.session_id == session, column == key)
     bound = sa.tuple_(key, session)
     return sa.and_(column == key, sa.tuple_(column, table.c.session_id).between(bound, bound))
