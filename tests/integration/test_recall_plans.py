@@ -255,21 +255,24 @@ def assert_each_lookup_on_its_own_index(plan: dict[str, Any]) -> None:
     assert used == set(LOOKUP_INDEXES.values()), plan
 
 
-def _analyze(engine: sa.Engine) -> None:
-    with engine.connect() as connection:
-        connection.exec_driver_sql("ANALYZE")
-        connection.commit()
+@pytest.fixture(params=[False, True], ids=["never-analysed", "analysed"])
+def planned(
+    unanalysed: ConversationEntityMemory, request: pytest.FixtureRequest
+) -> ConversationEntityMemory:
+    """The big session's memory, its tables never analysed, then analysed."""
+    if request.param:
+        with unanalysed.store.engine.connect() as connection:
+            connection.exec_driver_sql("ANALYZE")
+            connection.commit()
+    return unanalysed
 
 
-@pytest.mark.parametrize("analysed", [False, True], ids=["never-analysed", "analysed"])
 def test_the_recall_keeps_a_generic_plan_on_each_lookups_own_index(
-    unanalysed: ConversationEntityMemory, analysed: bool
+    planned: ConversationEntityMemory,
 ) -> None:
-    engine = unanalysed.store.engine
-    if analysed:
-        _analyze(engine)
+    engine = planned.store.engine
     statement, parameters = next(
-        read for read in _hot_reads(unanalysed) if "WITH candidates" in read[0]
+        read for read in _hot_reads(planned) if "WITH candidates" in read[0]
     )
     plan = _generic_plan(engine, statement, parameters)
     assert_snippets_read_newest_first_by_entity(plan)
@@ -284,16 +287,16 @@ def _sent(memory: ConversationEntityMemory, call: Any, marker: str) -> tuple[str
     return read
 
 
-@pytest.mark.parametrize("analysed", [False, True], ids=["never-analysed", "analysed"])
-def test_an_entity_by_name_and_a_listing_each_keep_their_own_index(
-    unanalysed: ConversationEntityMemory, analysed: bool
+def test_an_entitys_details_and_a_listing_keep_their_own_indexes(
+    planned: ConversationEntityMemory,
 ) -> None:
-    engine = unanalysed.store.engine
-    if analysed:
-        _analyze(engine)
-    by_name = _sent(unanalysed, lambda: unanalysed.get_entity_info(NAMES[9]), "name_key = %(key)s")
-    listing = _sent(unanalysed, unanalysed.list_entities, "ORDER BY entities.first_turn_id")
+    engine = planned.store.engine
+    details = lambda: planned.get_entity_info(ALIASES[NAMES[9]])  # noqa: E731
+    candidates = _sent(planned, details, "OFFSET 0")  # the name resolved, a probe per key
+    by_name = _sent(planned, details, "name_key = %(key)s")
+    listing = _sent(planned, planned.list_entities, "ORDER BY entities.first_turn_id")
 
+    assert_each_lookup_on_its_own_index(_generic_plan(engine, *candidates))
     [found] = [n for n, _ in _nodes(_generic_plan(engine, *by_name)) if "Relation Name" in n]
     assert found["Index Name"] == "uq_entities_session_id_name_key", found
     assert "Filter" not in found, found
