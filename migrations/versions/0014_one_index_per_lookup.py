@@ -21,7 +21,7 @@ one index that can serve it:
 The unique keys, ``(session_id, name_key)`` and ``(session_id, alias_key)``, stay each
 table's one index led by the session: the lookups by those keys and the reads of a whole
 session (counts, deletes) use them. A lookup by core or by id names the session inside a
-row range led by its key (``zerda_store.turns.resolving_recall``), which only its own
+row range led by its key (``zerda_store.identity.statements.probe``), which only its own
 index can serve.
 
 An expand step: the previous release runs on the new indexes (its listings sort the

@@ -105,8 +105,9 @@ entities = sa.Table(
     # First-seen order: the turn that first named the entity, then its place in that turn.
     sa.Column("first_turn_id", sa.BigInteger(), nullable=False),
     sa.Column("first_position", sa.Integer(), nullable=False),
-    # The one index led by the session (on Postgres; SQLite has ``(session_id, id)`` too):
-    # lookups by key, and reads of the whole session.
+    # The lookups by key, and the reads of a whole session: on Postgres the one index of
+    # the table led by the session that is not partial (SQLite has ``(session_id, id)``
+    # too), so that a lookup never reads the session on another (revision 0014).
     sa.UniqueConstraint("session_id", "name_key"),
     sa.UniqueConstraint("session_id", "id"),
     # First-seen order, for the reads that state its condition (``listed_first_seen``):
