@@ -103,10 +103,21 @@ def _in_session(table: sa.Table, column: Any, key: Any) -> Any:
     (key, :session_id) AND (key, :session_id)``, which only the index led by the column,
     then the session, can serve (revision 0014). ``column = key`` too, for the estimate
     (one row)."""
-    session = sa.bindparam("session_id", type_=sa.String)
     if (table.name, column.name) in _SESSION_KEYS:
-        return sa.and_(table.c.session_id == session, column == key)
-    bound = sa.tuple_(key, session)
+        return sa.and_(table.c.session_id == _session(), column == key)
+    return in_session_by(table, column, key)
+
+
+def _session() -> Any:
+    return sa.bindparam("session_id", type_=sa.String)
+
+
+def in_session_by(table: Any, column: Any, key: Any) -> Any:
+    """The session's rows of ``table`` (a table or an alias of one) whose ``column`` is
+    ``key``, the session named only inside a row range led by ``column`` (see
+    :func:`_in_session`): for a column whose index is ``(column, session_id)``. Not for
+    a statement Citus must route: it routes by a plain ``session_id =``."""
+    bound = sa.tuple_(key, _session())
     return sa.and_(column == key, sa.tuple_(column, table.c.session_id).between(bound, bound))
 
 
