@@ -130,7 +130,7 @@ def test_db_contract_keeps_every_save_of_this_version(released_url: str, tmp_pat
         assert rows(store, "SELECT COUNT(*) FROM entities WHERE core_key = ''") == [(0,)]
 
 
-REVISIONS = ["0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012", "0013"]
+REVISIONS = ["0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012", "0013", "0014"]
 
 
 @pytest.mark.parametrize("revision", REVISIONS)

@@ -83,6 +83,9 @@ turns = sa.Table(
 
 # The condition of ``ix_entities_titled``, as the database stores it.
 TITLED = sa.text("name_key <> core_key")
+# The condition of ``ix_entities_first_seen``, as the database stores it: true of every
+# entity (a position in a turn counts from 0).
+FIRST_SEEN = sa.text("first_position >= 0")
 
 entities = sa.Table(
     "entities",
@@ -102,10 +105,24 @@ entities = sa.Table(
     # First-seen order: the turn that first named the entity, then its place in that turn.
     sa.Column("first_turn_id", sa.BigInteger(), nullable=False),
     sa.Column("first_position", sa.Integer(), nullable=False),
+    # The lookups by key, and the reads of a whole session: on Postgres the one index of
+    # the table led by the session that is not partial (SQLite has ``(session_id, id)``
+    # too), so that a lookup never reads the session on another (revision 0014).
     sa.UniqueConstraint("session_id", "name_key"),
     sa.UniqueConstraint("session_id", "id"),
-    sa.Index(None, "session_id", "first_turn_id", "first_position"),
-    sa.Index(None, "session_id", "core_key"),
+    # First-seen order, for the reads that state its condition (``listed_first_seen``):
+    # a lookup by key states none, so it never reads the session here (revision 0014).
+    sa.Index(
+        "ix_entities_first_seen",
+        "session_id",
+        "first_turn_id",
+        "first_position",
+        sqlite_where=FIRST_SEEN,
+        postgresql_where=FIRST_SEEN,
+    ),
+    # Led by the core, so that it serves a lookup by core and nothing that names the
+    # session alone (revision 0014).
+    sa.Index(None, "core_key", "session_id"),
     # The titled or suffixed forms ("Dr. Sarah Chen": a key that is not its core), which
     # name resolution may join a mention to; a session with none of them and no alias
     # skips resolution (``identity.statements.resolution_possible``). Revision 0009.
@@ -132,7 +149,7 @@ entity_aliases = sa.Table(
     sa.Column("source", sa.String(ALIAS_SOURCE_LENGTH), nullable=False),
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.UniqueConstraint("session_id", "alias_key"),
-    sa.Index(None, "session_id", "core_key"),
+    sa.Index(None, "core_key", "session_id"),
     sa.Index(None, "entity_id", "session_id"),
     *by_session("entity_id", "entities"),
     sqlite_autoincrement=True,
@@ -277,6 +294,13 @@ def in_same_session(column: Any, referred: Any) -> Any:
     equal too: how a join or a correlation between distributed tables must read for Citus
     (on the ids alone it asks to repartition, or runs on every shard)."""
     return sa.and_(column.table.c.session_id == referred.table.c.session_id, column == referred)
+
+
+def listed_first_seen() -> Any:
+    """The condition a read of a session's entities in first-seen order states, so that
+    ``ix_entities_first_seen`` serves it: that index's condition, as a literal (a bound
+    value would not prove it)."""
+    return entities.c.first_position >= sa.literal_column("0", sa.Integer)
 
 
 def insert_columns(table: sa.Table) -> tuple[str, ...]:

@@ -33,14 +33,22 @@ class Resolver:
         self.rules = rules
 
     def targets(
-        self, transaction: Transaction, session_id: str, mentions: Sequence[Mention]
+        self,
+        transaction: Transaction,
+        session_id: str,
+        mentions: Sequence[Mention],
+        *,
+        by_probe: bool = False,
     ) -> dict[str, Target]:
         """The entity each mention joins, for the mentions that join an entity under
-        another key (an alias, a titled form); the others keep their own key."""
+        another key (an alias, a titled form); the others keep their own key. ``by_probe``:
+        the candidates found by a probe per key (``IdentityStatements.candidates_by_probe``;
+        not on tables Citus distributes)."""
         if not mentions:
             return {}
         keys = sorted({m.key for m in mentions} | {m.core_key for m in mentions})
-        rows = transaction.run(self.statements.candidates, {"session_id": session_id, "keys": keys})
+        statement = self.statements.candidates_by_probe if by_probe else self.statements.candidates
+        rows = transaction.run(statement, {"session_id": session_id, "keys": keys})
         return self.targets_among(rows, mentions)
 
     def targets_among(self, rows: Sequence[Any], mentions: Sequence[Mention]) -> dict[str, Target]:

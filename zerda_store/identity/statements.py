@@ -25,6 +25,7 @@ from ..db.schema import (
     entity_merges,
     identity_judgements,
     in_same_session,
+    listed_first_seen,
     session_key_rules,
 )
 
@@ -66,6 +67,107 @@ def candidates_select(dialect: Dialect) -> Any:
                 in_same_session(entities.c.id, entity_aliases.c.entity_id),
             )
             .where(entity_aliases.c.session_id == session_param(), _in_list(column, dialect))
+        )
+
+    return sa.union_all(
+        by_entity(entities.c.name_key),
+        by_entity(entities.c.core_key),
+        by_alias(entity_aliases.c.alias_key),
+        by_alias(entity_aliases.c.core_key),
+    )
+
+
+# OFFSET 0 keeps the planner from flattening a LATERAL probe into a join it may reorder: each
+# probe stays one descent of the index that matches both its conditions.
+_KEEP_APART = sa.literal_column("0", sa.Integer)
+
+
+def _keys() -> Any:
+    """``unnest(:keys) AS anon(key)``: one row per key, to probe with."""
+    keys = sa.bindparam("keys", type_=ARRAY(sa.String))
+    return sa.func.unnest(keys).table_valued("key").render_derived()
+
+
+# (table, column) of each table's unique key with the session, ``(session_id, column)``:
+# the one index of the table led by the session.
+_SESSION_KEYS = {(entities.name, "name_key"), (entity_aliases.name, "alias_key")}
+
+
+def _in_session(table: sa.Table, column: Any, key: Any) -> Any:
+    """The session's rows of ``table`` whose ``column`` is ``key``, in a form that one index
+    alone serves, whatever the statistics say. Without statistics, Postgres takes a session
+    of a small table for about one row, and then any index led by ``session_id`` looks as
+    cheap for ``session_id = :session_id`` alone (the session read, the key filtered) as
+    the key's own index: so a column other than the session's key (a core, an id) names
+    the session only inside a row range led by the column, ``(column, session_id) BETWEEN
+    (key, :session_id) AND (key, :session_id)``, which only the index led by the column,
+    then the session, can serve (revision 0014). ``column = key`` too, for the estimate
+    (one row)."""
+    if (table.name, column.name) in _SESSION_KEYS:
+        return sa.and_(table.c.session_id == _session(), column == key)
+    return in_session_by(table, column, key)
+
+
+def _session() -> Any:
+    return sa.bindparam("session_id", type_=sa.String)
+
+
+def in_session_by(table: Any, column: Any, key: Any) -> Any:
+    """The session's rows of ``table`` (a table or an alias of one) whose ``column`` is
+    ``key``, the session named only inside a row range led by ``column`` (see
+    :func:`_in_session`): for a column whose index is ``(column, session_id)``. Not for
+    a statement Citus must route: it routes by a plain ``session_id =``."""
+    bound = sa.tuple_(key, _session())
+    return sa.and_(column == key, sa.tuple_(column, table.c.session_id).between(bound, bound))
+
+
+def probe(table: sa.Table, column: Any, key: Any, *selected: Any) -> Any:
+    """LATERAL: ``selected`` of the session's rows of ``table`` whose ``column`` is ``key``."""
+    return sa.select(*selected).where(_in_session(table, column, key)).offset(_KEEP_APART).lateral()
+
+
+def probed_candidates() -> Any:
+    """Postgres: the candidates of :func:`candidates_select`, with their
+    entity's id, found by probing an index per key (``unnest`` joined LATERAL to a probe
+    that only the index of the key and the session can serve: :func:`_in_session`). An
+    ``= ANY(:keys)`` gives the planner a cheaper-looking scan of the whole session on the
+    index led by ``session_id`` while the tables have no statistics, and keeps its generic
+    plan off the indexes; a probe per key has no such choice."""
+
+    def by_entity(column: Any) -> Any:
+        keys = _keys()
+        found = probe(
+            entities, column, keys.c.key,
+            entities.c.id, entities.c.name_key, entities.c.name, entities.c.core_key,
+        )  # fmt: skip
+        return sa.select(
+            found.c.id.label("entity_id"),
+            found.c.name_key.label("entity_key"),
+            found.c.name.label("entity_name"),
+            found.c.core_key,
+            found.c.name,
+        ).join_from(keys, found, sa.true())
+
+    def by_alias(column: Any) -> Any:
+        keys = _keys()
+        alias = probe(
+            entity_aliases, column, keys.c.key,
+            entity_aliases.c.entity_id, entity_aliases.c.core_key, entity_aliases.c.alias,
+        )  # fmt: skip
+        entity = probe(
+            entities, entities.c.id, alias.c.entity_id,
+            entities.c.id, entities.c.name_key, entities.c.name,
+        )  # fmt: skip
+        return (
+            sa.select(
+                entity.c.id.label("entity_id"),
+                entity.c.name_key.label("entity_key"),
+                entity.c.name.label("entity_name"),
+                alias.c.core_key,
+                alias.c.alias.label("name"),
+            )
+            .join_from(keys, alias, sa.true())
+            .join(entity, sa.true())
         )
 
     return sa.union_all(
@@ -120,6 +222,12 @@ class IdentityStatements(Statements):
         snippet_in_session = contexts.c.session_id == session_param()
         merge_in_session = entity_merges.c.session_id == session_param()
         self.candidates = compiled(candidates_select(dialect))
+        # Postgres, on tables Citus does not distribute (it plans no probe fenced by
+        # OFFSET): the same candidates, each found on its own index whatever the
+        # statistics say (:func:`probed_candidates`).
+        self.candidates_by_probe = (
+            compiled(probed_candidates()) if binds_arrays(dialect) else self.candidates
+        )
         self.add_alias = compiled(
             insert(entity_aliases)
             .values(_values(entity_aliases, ALIAS_COLUMNS))
@@ -269,7 +377,7 @@ class IdentityStatements(Statements):
         # The names and cores ``similar_entities`` pairs, in first-seen order.
         self.names_and_cores = compiled(
             sa.select(entities.c.name, entities.c.core_key, entities.c.name_key)
-            .where(entities.c.session_id == session_param())
+            .where(entities.c.session_id == session_param(), listed_first_seen())
             .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
         )
         self.merges = compiled(

@@ -19,6 +19,7 @@ from ..db.schema import (
     extractions,
     identity_judgements,
     in_same_session,
+    listed_first_seen,
     turns,
 )
 from ..db.store import StoreCore
@@ -65,7 +66,7 @@ def export_session(
     )
     in_first_seen_order = (
         sa.select(*(c for c in entities.c if c.name != "session_id"))
-        .where(entities.c.session_id == session_id)
+        .where(entities.c.session_id == session_id, listed_first_seen())
         .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
     )
     snippets = (

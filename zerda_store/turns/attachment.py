@@ -20,17 +20,22 @@ class Attachment:
     transaction: one upsert of the turns' entities (one row per key, in key order), then
     one snippet per entity per turn. With a :class:`Resolver`, a mention that names an
     existing entity under another key (an alias, a titled form) joins that entity, so
-    fewer rows may be written (their statements compiled beforehand too)."""
+    fewer rows may be written (their statements compiled beforehand too); ``by_probe``:
+    the resolver finds the candidates by a probe per key (not on tables Citus
+    distributes)."""
 
     def __init__(
         self,
         statements: TurnStatements,
         new_turns: Sequence[NewTurn],
         resolver: Resolver | None = None,
+        *,
+        by_probe: bool = False,
     ) -> None:
         keys = len({mention.key for turn in new_turns for mention in turn.mentions})
         mentions = sum(len(turn.mentions) for turn in new_turns)
         self._resolver = resolver
+        self._by_probe = by_probe
         self._statements = statements
         self._counts = (keys, mentions)
         self._entities = statements.entities.prepare(keys) if keys else None
@@ -60,7 +65,7 @@ class Attachment:
             or any(map(ne, map(MENTION_KEY, mentions), map(MENTION_CORE_KEY, mentions)))
         )
         targets = (
-            self._resolver.targets(transaction, session_id, mentions)
+            self._resolver.targets(transaction, session_id, mentions, by_probe=self._by_probe)
             if self._resolver is not None and resolving
             else {}
         )

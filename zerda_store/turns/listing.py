@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..db.schema import contexts, entities, in_same_session, turns
+from ..db.schema import contexts, entities, in_same_session, listed_first_seen, turns
 from ..db.store import StoreCore
 from ..retention.policies import Policies
 from ..retention.policy import Clock
@@ -101,7 +101,7 @@ class Listings:
                 entities.c.last_seen,
             )
             .outerjoin(counts, in_same_session(counts.c.entity_id, entities.c.id))
-            .where(entities.c.session_id == session_id)
+            .where(entities.c.session_id == session_id, listed_first_seen())
             .order_by(entities.c.first_turn_id, entities.c.first_position, entities.c.id)
         )
         visible = self._policies.visibility_now(session_id, self._now())

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 from ..db.execution.statements import Statements, param, session_param
-from ..db.schema import contexts, entities, turns
+from ..db.schema import contexts, entities, listed_first_seen, turns
 from .statements import ENTITY_SELECT, NEWEST_FIRST
 
 FIRST_SEEN_ORDER = (entities.c.first_turn_id, entities.c.first_position, entities.c.id)
@@ -84,7 +84,9 @@ class Queries(Statements):
         self.all_contexts = compiled(
             sa.select(contexts.c.text).where(of_entity).order_by(contexts.c.turn_seq, contexts.c.id)
         )
-        page = sa.select(*ENTITY_SELECT, *FIRST_SEEN_ORDER[:2]).where(in_session)
+        page = sa.select(*ENTITY_SELECT, *FIRST_SEEN_ORDER[:2]).where(
+            in_session, listed_first_seen()
+        )
         self.entities_first_page = compiled(page.order_by(*FIRST_SEEN_ORDER).limit(param("limit")))
         after = sa.tuple_(*FIRST_SEEN_ORDER) > sa.tuple_(
             param("turn"), param("position"), param("id")

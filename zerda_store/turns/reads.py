@@ -59,9 +59,10 @@ class Reads(TurnHistory):
     ) -> EntityRecord | None:
         """The entity ``mention`` names (None if there is none, or none of its snippets
         shows)."""
+        by_probe = self._by_probe()
 
         def work(transaction: Transaction) -> EntityRecord | None:
-            key = self._resolved(transaction, session_id, mention)
+            key = self._resolved(transaction, session_id, mention, by_probe)
             if visible is None:
                 values = {"session_id": session_id, "key": key}
                 rows = transaction.run(self._queries.entity_by_key, values)
@@ -145,12 +146,19 @@ class Reads(TurnHistory):
 
         return work
 
-    def _resolved(self, transaction: Transaction, session_id: str, mention: Mention) -> str:
+    def _by_probe(self) -> bool:
+        """Whether the resolver finds candidates by a probe per key: on Postgres, unless
+        Citus distributes the tables (read before any transaction, once per store)."""
+        return self._resolver is not None and not self.routes.routed()
+
+    def _resolved(
+        self, transaction: Transaction, session_id: str, mention: Mention, by_probe: bool
+    ) -> str:
         """The key of the entity a name given to the API names (its own, an alias's, or
         the entity its titled form joins)."""
         if self._resolver is None:
             return mention.key
-        targets = self._resolver.targets(transaction, session_id, [mention])
+        targets = self._resolver.targets(transaction, session_id, [mention], by_probe=by_probe)
         return targets[mention.key].key if mention.key in targets else mention.key
 
     def _recent(
@@ -212,8 +220,10 @@ class Reads(TurnHistory):
     def details_work(
         self, session_id: str, mention: Mention, limit: int, visible: Visibility | None
     ) -> Callable[[Transaction], tuple[EntityRecord, int, list[str], list[str]] | None]:
+        by_probe = self._by_probe()
+
         def work(transaction: Transaction) -> tuple[EntityRecord, int, list[str], list[str]] | None:
-            key = self._resolved(transaction, session_id, mention)
+            key = self._resolved(transaction, session_id, mention, by_probe)
             found = self._details(transaction, session_id, key, limit, visible)
             if found is None:
                 return None

@@ -99,7 +99,7 @@ class Repository(Reads):
             self._statements.route_inserts()
         marked_turn = self._statements.marked_turn
         insert_turn = self._statements.turn.prepare(1) if marked_turn is None else None
-        attachment = Attachment(self._statements, [turn], self._resolver)
+        attachment = Attachment(self._statements, [turn], self._resolver, by_probe=not routed)
         insert_outcome = self._statements.outcomes.prepare(1)
         turn_row = new_turn_row(session_id, turn)
         check_rules = self._checked_rules(session_id)
@@ -139,7 +139,7 @@ class Repository(Reads):
         if routed:
             self._statements.route_inserts()
         insert = self._statements.turns.prepare(len(new_turns))
-        attachment = Attachment(self._statements, new_turns, self._resolver)
+        attachment = Attachment(self._statements, new_turns, self._resolver, by_probe=not routed)
         insert_outcomes = self._statements.outcomes.prepare(len(new_turns))
         rows = [new_turn_row(session_id, turn) for turn in new_turns]
         check_rules = self._checked_rules(session_id)

@@ -24,7 +24,7 @@ from ..db.execution.driver import CompiledStatement, compile_statement
 from ..db.execution.statements import binds_arrays
 from ..db.schema import contexts, entities, entity_aliases
 from ..identity.resolution import Resolver
-from ..identity.statements import candidates_select
+from ..identity.statements import candidates_select, probe, probed_candidates
 from ..model.records import Mention
 from .statements import NEWEST_FIRST, lateral_recall, recalled_entity
 
@@ -38,85 +38,12 @@ class CandidateRow(NamedTuple):
     name: str
 
 
-# OFFSET 0 keeps the planner from flattening a LATERAL probe into a join it may reorder: each
-# probe stays one descent of the index that matches both its conditions.
-_KEEP_APART = sa.literal_column("0", sa.Integer)
-
-
-def _keys() -> Any:
-    """``unnest(:keys) AS anon(key)``: one row per key, to probe with."""
-    keys = sa.bindparam("keys", type_=ARRAY(sa.String))
-    return sa.func.unnest(keys).table_valued("key").render_derived()
-
-
-def _probe(table: sa.Table, column: Any, key: Any, *selected: Any) -> Any:
-    """LATERAL: ``selected`` of the session's rows of ``table`` whose ``column`` is ``key``."""
-    return (
-        sa.select(*selected)
-        .where(table.c.session_id == sa.bindparam("session_id", type_=sa.String), column == key)
-        .offset(_KEEP_APART)
-        .lateral()
-    )
-
-
-def _probed_candidates() -> Any:
-    """Postgres: the candidates of ``identity.statements.candidates_select``, with their
-    entity's id, found by probing an index per key (``unnest`` joined LATERAL to a probe
-    that matches an index exactly on the session and the key). An ``= ANY(:keys)`` gives
-    the planner a cheaper-looking scan of the whole session on another index led by
-    ``session_id`` while the tables have no statistics, and keeps its generic plan off the
-    indexes; a probe per key has no such choice."""
-
-    def by_entity(column: Any) -> Any:
-        keys = _keys()
-        found = _probe(
-            entities, column, keys.c.key,
-            entities.c.id, entities.c.name_key, entities.c.name, entities.c.core_key,
-        )  # fmt: skip
-        return sa.select(
-            found.c.id.label("entity_id"),
-            found.c.name_key.label("entity_key"),
-            found.c.name.label("entity_name"),
-            found.c.core_key,
-            found.c.name,
-        ).join_from(keys, found, sa.true())
-
-    def by_alias(column: Any) -> Any:
-        keys = _keys()
-        alias = _probe(
-            entity_aliases, column, keys.c.key,
-            entity_aliases.c.entity_id, entity_aliases.c.core_key, entity_aliases.c.alias,
-        )  # fmt: skip
-        entity = _probe(
-            entities, entities.c.id, alias.c.entity_id,
-            entities.c.id, entities.c.name_key, entities.c.name,
-        )  # fmt: skip
-        return (
-            sa.select(
-                entity.c.id.label("entity_id"),
-                entity.c.name_key.label("entity_key"),
-                entity.c.name.label("entity_name"),
-                alias.c.core_key,
-                alias.c.alias.label("name"),
-            )
-            .join_from(keys, alias, sa.true())
-            .join(entity, sa.true())
-        )
-
-    return sa.union_all(
-        by_entity(entities.c.name_key),
-        by_entity(entities.c.core_key),
-        by_alias(entity_aliases.c.alias_key),
-        by_alias(entity_aliases.c.core_key),
-    )
-
-
 def _probed_recall(found: Any, aged: bool) -> Any:
     """Postgres: each candidate entity by its id (one probe each), joined LATERAL to its
     newest ``:limit`` snippets (the index of the session's snippets by entity and recency,
     read backwards and cut at the limit)."""
     chosen = sa.select(found.c.entity_id).distinct().subquery("chosen")
-    entity = _probe(
+    entity = probe(
         entities, entities.c.id, chosen.c.entity_id,
         entities.c.id, entities.c.session_id, *recalled_entity(aged),
     )  # fmt: skip
@@ -200,7 +127,7 @@ def _recall_by_keys(aged: bool, keyed: Any) -> Any:
 
 def _resolving_recall(dialect: Dialect, aged: bool, distributed: bool) -> Any:
     if binds_arrays(dialect) and not distributed:
-        found = _probed_candidates().cte("candidates")
+        found = probed_candidates().cte("candidates")
         snippets = _probed_recall(found, aged)
     elif binds_arrays(dialect):
         # Citus plans no probe fenced by OFFSET: there, one statement its router planner

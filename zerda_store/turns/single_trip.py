@@ -2,8 +2,10 @@
 
 The statement inserts the turn, upserts its entities (in key order), and inserts one
 snippet per entity and the turn's extraction-ledger row, each a data-modifying CTE fed by
-the one before (the turn's new id, the entities' ids); every part names the session, so
-that Citus runs the whole of it on the session's shard. It is sent in one pipeline after
+the one before (the turn's new id, the entities' ids); every part names the session (a
+lookup by core inside a row range led by the core, which only the core's index serves:
+not a statement Citus routes, and it is not sent there, where saves take the routed unit
+of work, :mod:`db.routes`). It is sent in one pipeline after
 the statement that takes the session's lock (:mod:`execution.pipeline`), so that it reads with a
 snapshot taken once the lock is held.
 
@@ -25,6 +27,7 @@ from sqlalchemy.engine import Dialect
 
 from ..db.execution.driver import CompiledStatement, compile_statement
 from ..db.schema import contexts, entities, entity_aliases, extractions, insert_columns, turns
+from ..identity.statements import in_session_by, probe
 from ..model.records import NewTurn
 from .rows import new_outcome_row, new_turn_row
 from .statements import entity_upsert
@@ -50,7 +53,9 @@ def _resolution_needed(session: Any, keys: Any, cores: Any) -> Any:
     ``k`` names another entity; or no entity is keyed ``k`` and an entity or an alias has
     ``c`` as its core (a bare name, another titled form)."""
     mentioned = sa.func.unnest(keys, cores).table_valued("key", "core").render_derived("mentioned")
-    own = entities.alias("own")
+    # The mention's own entity, one probe of the unique key (a join would read the
+    # session's entities whole while the tables have no statistics).
+    own = probe(entities, entities.c.name_key, mentioned.c.key, entities.c.id)
     alias = entity_aliases.alias("alias")
     same_core = entities.alias("same_core")
     aliased_elsewhere = sa.exists().where(
@@ -58,16 +63,16 @@ def _resolution_needed(session: Any, keys: Any, cores: Any) -> Any:
         alias.c.alias_key == mentioned.c.key,
         alias.c.entity_id.is_distinct_from(own.c.id),
     )
-    core_of_alias = sa.exists().where(
-        alias.c.session_id == session, alias.c.core_key == mentioned.c.core
-    )
+    # A core's lookups name the session only inside a row range led by the core, which
+    # only the core's index serves, whatever the statistics say (revision 0014).
+    core_of_alias = sa.exists().where(in_session_by(alias, alias.c.core_key, mentioned.c.core))
     core_of_entity = sa.exists().where(
-        same_core.c.session_id == session, same_core.c.core_key == mentioned.c.core
+        in_session_by(same_core, same_core.c.core_key, mentioned.c.core)
     )
     return sa.exists(
         sa.select(mentioned.c.key)
         .select_from(mentioned)
-        .outerjoin(own, sa.and_(own.c.session_id == session, own.c.name_key == mentioned.c.key))
+        .outerjoin(own, sa.true())
         .where(
             sa.or_(
                 aliased_elsewhere,

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 from ..db.execution.statements import Statements, param, session_param
-from ..db.schema import contexts, entities, in_same_session, turns
+from ..db.schema import contexts, entities, in_same_session, listed_first_seen, turns
 from ..retention.policy import cutoff_case
 from .queries import FIRST_SEEN_ORDER, TurnReads
 from .statements import ENTITY_SELECT, NEWEST_FIRST
@@ -63,7 +63,9 @@ class _TypedReads:
             .where(contexts.c.created_at >= cutoff_case(entities.c.entity_type, count))
         )
         in_session = entities.c.session_id == session_param()
-        page = sa.select(*ENTITY_SELECT, *FIRST_SEEN_ORDER[:2]).where(in_session, has_visible)
+        page = sa.select(*ENTITY_SELECT, *FIRST_SEEN_ORDER[:2]).where(
+            in_session, listed_first_seen(), has_visible
+        )
         self.entities_first_page = compiled(page.order_by(*FIRST_SEEN_ORDER).limit(param("limit")))
         after = sa.tuple_(*FIRST_SEEN_ORDER) > sa.tuple_(
             param("turn"), param("position"), param("id")
