@@ -2,7 +2,8 @@
 
 The revisions live in the top-level ``migrations/`` folder of the repository; the wheel
 carries a copy inside the package. Upgrades on Postgres hold an advisory lock, and on SQLite
-an IMMEDIATE transaction, so concurrent deploy jobs apply each revision exactly once.
+a lock on a file beside the database, so concurrent deploy jobs apply each revision exactly
+once.
 
 Only an upgrade creates zerda_store's schema, and a SQLite file is switched to WAL only then
 (WAL stays a property of the file). A store opened read-only is never migrated: upgrade and
@@ -30,7 +31,7 @@ from ..connections.settings import SQLITE_BUSY_TIMEOUT_MS
 from ..execution.failures import is_permission_denied
 from ..store import StoreCore, takes_store
 from . import compatibility, merge_report
-from .lock import alembic_connection, locked_connection
+from .lock import alembic_connection, commits_per_revision, locked_connection
 from .survey import (
     Survey,
     hidden_schema_error,
@@ -160,8 +161,9 @@ def upgrade(
     ``assume_normalized``: the sessions (True: every one) whose records do not tell how
     their keys were made (revision 0006) were written with ``normalize_names=True``, so
     they are re-keyed; the others such are kept exact. ``report``: the list to fill, which
-    holds what was committed when the upgrade fails (on Postgres each session's re-keying
-    is committed as it goes; on SQLite the whole upgrade is rolled back: empty).
+    holds what was committed when the upgrade fails (each session's re-keying is committed
+    as it goes; empty where the upgrade runs in one transaction: a new schema, or SQLite
+    without file locks).
 
     Once the upgrade is done the report comes from the merge log (:mod:`.merge_report`):
     every "key rules" merge no finished upgrade reported, those of earlier runs stopped
@@ -179,9 +181,15 @@ def upgrade(
         raise compatibility.newer_schema_error(store, found, known_revisions(), head_revision())
     from alembic import command
 
+    # Revision by revision (SQLite: the long data steps in short transactions too), but a
+    # new schema in one transaction: there are no rows to wait for, and a creation cut
+    # short leaves nothing behind.
+    per_revision = commits_per_revision(store) and (
+        store.dialect == "postgresql" or found.revision is not None
+    )
     with (
         _owner_only(store, "db upgrade"),
-        locked_connection(store, per_revision=True) as connection,
+        locked_connection(store, per_revision=per_revision) as connection,
     ):
         if store.schema is not None:
             _create_postgres_schema(connection, store.schema)
@@ -194,8 +202,8 @@ def upgrade(
         try:
             command.upgrade(config, revision)
         except BaseException as exc:
-            if store.dialect != "postgresql":
-                report.clear()
+            if not per_revision:
+                report.clear()  # rolled back with the rest
             if isinstance(exc, DBAPIError) and "already exists" in str(exc.orig):
                 raise record_behind_tables(store, found.revision, exc) from None
             raise
