@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from tests.cli.helpers import invoke, one_line_error
 from tests.migrations.released import released_database, rows, save_turns
 from zerda_store import SchemaNotCurrentError, Store, migrate
+from zerda_store.db.migration import sqlite_online
 from zerda_store.errors import DatabaseError
 
 SESSIONS = {"a": [["Müller"], ["Muller"]], "b": [["Zoë"], ["Zoe"]]}
@@ -104,7 +105,7 @@ def test_a_failed_db_upgrade_prints_the_merges_it_committed(
 
 
 def test_a_db_upgrade_on_sqlite_failing_after_the_merging_revision_keeps_it_and_its_report(
-    sqlite_url: str,
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each revision is committed on its own (the re-keying session by session): a later
     revision's failure leaves 0006 done, and its merges printed with their undo commands."""
@@ -112,12 +113,14 @@ def test_a_db_upgrade_on_sqlite_failing_after_the_merging_revision_keeps_it_and_
         released_database(store)
         for session_id, turns in SESSIONS.items():
             save_turns(store, session_id, turns)
-        migrate.upgrade(store, "0005")
-        # Revision 0007 creates this index: it fails after 0006 re-keyed, merged, committed.
-        with store.connect() as connection, connection.begin():
-            connection.exec_driver_sql(
-                "CREATE INDEX ix_contexts_turn_id_session_id ON contexts (turn_id)"
-            )
+    original = sqlite_online.rebuild_table
+
+    def rebuild_table(bind: sa.Connection, table: str, *args: Any, **kw: Any) -> None:
+        if table == "turns":  # revision 0007's first
+            raise DatabaseError("the database went away")
+        original(bind, table, *args, **kw)
+
+    monkeypatch.setattr(sqlite_online, "rebuild_table", rebuild_table)
 
     result = invoke(sqlite_url, "db", "upgrade")
 

@@ -112,14 +112,14 @@ def _session_locked_connection(store: StoreCore) -> Iterator[Connection]:
                 raise
 
 
-def commits_per_revision(store: Store) -> bool:
+def commits_per_revision(store: StoreCore) -> bool:
     """Whether a ``per_revision`` connection of this store commits each revision on its
     own (everywhere but on SQLite where files cannot be locked)."""
     return store.dialect == "postgresql" or fcntl is not None
 
 
 @contextmanager
-def _sqlite_per_revision_connection(store: Store) -> Iterator[Connection]:
+def _sqlite_per_revision_connection(store: StoreCore) -> Iterator[Connection]:
     """A SQLite connection outside any transaction, holding the migration's file lock, with
     foreign keys off (checked once the revisions are done, in a read that blocks nobody),
     whose transactions begin IMMEDIATE and wait long for the write lock."""
@@ -150,13 +150,13 @@ def _check_foreign_keys(connection: Connection) -> None:
         raise SchemaNotCurrentError(f"migration broke foreign keys: {problems[:5]}")
 
 
-def lock_file(store: Store) -> str:
+def lock_file(store: StoreCore) -> str:
     """The file whose lock a SQLite migration holds: beside the database, removed after."""
     return f"{store.url.database}-migrating"
 
 
 @contextmanager
-def _migration_file_lock(store: Store, wait_ms: int) -> Iterator[None]:
+def _migration_file_lock(store: StoreCore, wait_ms: int) -> Iterator[None]:
     """Hold the lock of :func:`lock_file` (waiting for another migrating process at most
     ``wait_ms``); the operating system releases it when a process dies. Without file locks
     (Windows) nothing is held: there, the IMMEDIATE transaction of a whole migration is

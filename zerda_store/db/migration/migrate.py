@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sqlalchemy import inspect, text
+from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -187,6 +187,8 @@ def upgrade(
     per_revision = commits_per_revision(store) and (
         store.dialect == "postgresql" or found.revision is not None
     )
+    if per_revision and store.dialect == "sqlite":
+        _refuse_record_behind_tables(store, found)
     with (
         _owner_only(store, "db upgrade"),
         locked_connection(store, per_revision=per_revision) as connection,
@@ -205,7 +207,7 @@ def upgrade(
             if not per_revision:
                 report.clear()  # rolled back with the rest
             if isinstance(exc, DBAPIError) and "already exists" in str(exc.orig):
-                raise record_behind_tables(store, found.revision, exc) from None
+                raise record_behind_tables(store, found.revision, store.describe(exc)) from None
             raise
     if found.revision is not None and current_revision(store) != found.revision:
         statistics.analyze(store)  # the revisions' data steps may have rewritten many rows
@@ -213,6 +215,45 @@ def upgrade(
     if acknowledge:
         acknowledge_report(store, report)
     return report
+
+
+# What a SQLite schema is made of, by name (SQLite's own objects left out).
+SQLITE_NAMES = "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite%'"
+
+
+def _refuse_record_behind_tables(store: StoreCore, found: Survey) -> None:
+    """SQLite, revision by revision: refuse, before any revision commits, a database holding
+    what a revision after the next one makes (its version record set back by hand). What
+    the next revision makes may be there: a run of it that was stopped left it, and the
+    revision goes on from there."""
+    later = _sqlite_names_at(head_revision()) - _sqlite_names_at(_next_revision(found.revision))
+    with store.connect() as connection:
+        met = sorted(later & set(connection.exec_driver_sql(SQLITE_NAMES).scalars()))
+    if met:
+        raise record_behind_tables(store, found.revision, ", ".join(met))
+
+
+def _next_revision(revision: str | None) -> str:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    following = script.get_revision(revision).nextrev if revision else ()
+    return next(iter(following), head_revision())
+
+
+@cache
+def _sqlite_names_at(revision: str) -> frozenset[str]:
+    """The tables, indexes and views of the SQLite schema at ``revision`` (made in memory)."""
+    from alembic import command
+
+    scratch = create_engine("sqlite://")
+    try:
+        with scratch.connect() as connection:
+            with connection.begin():
+                command.upgrade(alembic_config(connection), revision)
+            return frozenset(connection.exec_driver_sql(SQLITE_NAMES).scalars())
+    finally:
+        scratch.dispose()
 
 
 @takes_store
