@@ -13,6 +13,7 @@ downgrade refuse it, and :func:`ensure_schema` only says what to run.
 from __future__ import annotations
 
 import io
+import logging
 import sqlite3
 import time
 from collections.abc import Collection, Iterator
@@ -247,12 +248,15 @@ def _sqlite_names_at(revision: str) -> frozenset[str]:
     from alembic import command
 
     scratch = create_engine("sqlite://")
+    alembic_log = logging.getLogger("alembic.runtime.migration")
+    alembic_log.disabled = True  # not the upgrade the operator asked for: not in its log
     try:
         with scratch.connect() as connection:
             with connection.begin():
                 command.upgrade(alembic_config(connection), revision)
             return frozenset(connection.exec_driver_sql(SQLITE_NAMES).scalars())
     finally:
+        alembic_log.disabled = False
         scratch.dispose()
 
 
