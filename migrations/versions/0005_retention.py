@@ -11,7 +11,7 @@ On Postgres, when the revision runs in transactions of its own (``db upgrade``),
 holds the table's lock for long: the column is added nullable with its default (new rows of
 the previous release take it), committed, backfilled in batches of short transactions,
 and made NOT NULL through a check constraint validated first (VALIDATE lets reads and
-writes go on; SET NOT NULL then needs no scan). On SQLite so, the table is rebuilt with the
+writes go on; SET NOT NULL then needs no scan). Run so on SQLite, the table is rebuilt with the
 column in short transactions (``zerda_store.db.migration.sqlite_online``): each snippet
 copied, in batches or as the previous release writes it, takes its time on the way. Re-run
 after an interruption, it finds what is done and goes on.

@@ -16,7 +16,7 @@ holds the table's lock for long: the tables and the column (nullable, with the d
 previous release's saves take) are committed in one short transaction; each session is
 re-keyed in a short transaction of its own holding the session's lock (as ``db rekey``
 does); then NOT NULL comes through a check constraint validated first, and the index is
-built concurrently. On SQLite so, the tables and the column are committed in the revision's
+built concurrently. Run so on SQLite, the tables and the column are committed in the revision's
 transaction, each session is re-keyed in a short transaction of its own, and ``entities``
 is rebuilt with the column NOT NULL and its index in short transactions
 (``zerda_store.db.migration.sqlite_online``). Re-run after an interruption, it re-keys the

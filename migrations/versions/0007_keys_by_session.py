@@ -17,7 +17,7 @@ keys' indexes are built first with ``CREATE INDEX CONCURRENTLY`` (reads and writ
 then one short transaction swaps the keys onto them (``PRIMARY KEY USING INDEX``, foreign
 keys ``NOT VALID``), having locked the tables first in the order saves lock them, and each
 foreign key is validated in a transaction of its own (VALIDATE lets reads and writes go
-on). On SQLite so, each table is rebuilt in short transactions
+on). Run so on SQLite, each table is rebuilt in short transactions
 (``zerda_store.db.migration.sqlite_online``), the referred tables first. Re-run after an
 interruption, it goes on where it stopped.
 

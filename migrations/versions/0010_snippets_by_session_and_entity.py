@@ -17,7 +17,7 @@ snippets by ``entity_id`` alone, and so do the SQLite statements of this one.
 On Postgres, when the revision runs in transactions of its own (``db upgrade``), the index
 is built ``CONCURRENTLY`` (reads and writes go on); one left invalid by an interrupted run
 is dropped and built again; the index it replaces is dropped ``CONCURRENTLY`` afterwards.
-On SQLite so, where an index is built in one statement that holds the write lock while it
+Run so on SQLite, where an index is built in one statement that holds the write lock while it
 reads every snippet, ``contexts`` is rebuilt with the new index in short transactions
 (``zerda_store.db.migration.sqlite_online``): the index grows batch by batch as the rows
 are copied.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
@@ -128,7 +128,7 @@ def _sqlite_per_revision_connection(store: StoreCore) -> Iterator[Connection]:
         _raw_sqlite(connection, f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
         connection.execution_options(sqlite_begin="IMMEDIATE")
         if connection.in_transaction():
-            connection.rollback()  # the check-out's ping: Alembic takes it from here
+            connection.rollback()  # the check-out's ping began one: each revision begins its own
         try:
             yield connection
             if connection.in_transaction():
@@ -150,21 +150,21 @@ def _check_foreign_keys(connection: Connection) -> None:
         raise SchemaNotCurrentError(f"migration broke foreign keys: {problems[:5]}")
 
 
-def lock_file(store: StoreCore) -> str:
+def _lock_file(store: StoreCore) -> str:
     """The file whose lock a SQLite migration holds: beside the database, removed after."""
     return f"{store.url.database}-migrating"
 
 
 @contextmanager
 def _migration_file_lock(store: StoreCore, wait_ms: int) -> Iterator[None]:
-    """Hold the lock of :func:`lock_file` (waiting for another migrating process at most
+    """Hold the lock of :func:`_lock_file` (waiting for another migrating process at most
     ``wait_ms``); the operating system releases it when a process dies. Without file locks
     (Windows) nothing is held: there, the IMMEDIATE transaction of a whole migration is
     the lock."""
     if fcntl is None:
         yield
         return
-    path = lock_file(store)
+    path = _lock_file(store)
     deadline = time.monotonic() + wait_ms / 1000
     while True:
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -185,7 +185,8 @@ def _migration_file_lock(store: StoreCore, wait_ms: int) -> Iterator[None]:
     try:
         yield
     finally:
-        os.unlink(path)
+        with suppress(FileNotFoundError):
+            os.unlink(path)
         os.close(descriptor)
 
 
