@@ -7,7 +7,12 @@ leaving nothing of the stopped run behind."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -259,3 +264,58 @@ def test_what_is_written_between_two_batches_is_in_the_rebuilt_table(
             assert rows(store, f"{query} ORDER BY id") == rows(reference, f"{query} ORDER BY id")
         assert rows(store, "SELECT COUNT(*) FROM contexts WHERE text = 'edited'") == [(1,)]
         assert _leftovers(store) == []
+
+
+# Run in a process of its own: the upgrade, each batch slowed down so that the test can
+# kill it (SIGKILL) in the middle of a rebuild.
+KILLED_UPGRADE = r"""
+import sys, time
+from zerda_store import Store, migrate
+from zerda_store.db.migration import sqlite_online
+
+sqlite_online.BATCH_ROWS = int(sys.argv[2])
+batch = sqlite_online._Copy.batch
+
+def slowly(copy, bind, low, high):
+    batch(copy, bind, low, high)
+    time.sleep(0.05)
+
+sqlite_online._Copy.batch = slowly
+with Store(sys.argv[1]) as store:
+    migrate.upgrade(store)
+"""
+
+
+def _copying(url: str, table: str) -> bool:
+    with Store(url) as store:
+        found = rows(store, f"SELECT name FROM sqlite_master WHERE name = '_online_{table}'")
+        return bool(found) and rows(store, f'SELECT COUNT(*) FROM "_online_{table}"')[0][0] > 0
+
+
+def test_an_upgrade_killed_in_the_middle_of_a_rebuild_finishes_when_run_again(
+    released: tuple[str, str], tmp_path: Path
+) -> None:
+    url, reference = released
+    script = tmp_path / "upgrade.py"
+    script.write_text(KILLED_UPGRADE, encoding="utf-8")
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    upgrading = subprocess.Popen(
+        [sys.executable, str(script), url, str(BATCH_ROWS)], env=environment
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _copying(url, "turns") and time.monotonic() < deadline:
+            assert upgrading.poll() is None, "the upgrade ended before it was killed"
+            time.sleep(0.01)
+    finally:
+        upgrading.send_signal(signal.SIGKILL)
+        upgrading.wait()
+    with Store(url) as store:
+        assert migrate.current_revision(store) == "0006"  # killed in 0007, copying turns
+        assert ("table", "_online_turns") in _leftovers(store)
+
+    with Store(url) as store:
+        migrate.upgrade(store)
+
+    _same(url, reference)
+    assert not Path(f"{url.removeprefix('sqlite:///')}-migrating").exists()
