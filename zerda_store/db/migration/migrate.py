@@ -188,7 +188,7 @@ def upgrade(
     per_revision = commits_per_revision(store) and (
         store.dialect == "postgresql" or found.revision is not None
     )
-    if per_revision and store.dialect == "sqlite":
+    if per_revision and store.dialect == "sqlite" and found.revision != head_revision():
         _refuse_record_behind_tables(store, found)
     with (
         _owner_only(store, "db upgrade"),
