@@ -2,8 +2,8 @@
 and 0010 rebuild are copied in batches while triggers carry what is written meanwhile, then
 swapped in one short transaction. The result is the one-transaction upgrade's, schema and
 rows; writes made between two batches (inserts, updates, deletes) are in the rebuilt table,
-none lost or doubled; and an upgrade stopped anywhere in a rebuild finishes when run again,
-leaving nothing of the stopped run behind."""
+none lost or doubled; and an upgrade stopped anywhere in a rebuild, or killed, finishes
+when run again, leaving nothing of the stopped run behind."""
 
 from __future__ import annotations
 
@@ -30,15 +30,13 @@ from zerda_store.db.migration import sqlite_online
 SESSIONS = {"a": [["Müller"], ["Muller"], ["Ada"]], "b": [["Zoë"], ["Zoe"]]}
 # Small batches: every rebuilt table takes several.
 BATCH_ROWS = 40
-
-
 # Columns that hold the time a step ran, not data the upgrade carries.
-class Stopped(Exception):
-    """As a kill: the transaction under way is rolled back, nothing after it runs."""
-
-
 RUN_TIMES = {"created_at", "raised_at", "reported_at"}
 STEP_TABLES = ("entity_merges", "session_key_rules", "compatibility_floor")
+
+
+class Stopped(Exception):
+    """As a kill: the transaction under way is rolled back, nothing after it runs."""
 
 
 def _released(path: Path) -> str:
