@@ -13,7 +13,9 @@ the released servers have stopped, ``db rekey`` runs again (what they saved afte
 one), as the procedure has it, before ``db contract``. Prints
 each step's time (and how often a revision gave way to another transaction's lock and
 tried again), then per step what the writers saw: saves, failures, the longest save, the
-saves over 1 s, and the acknowledged saves whose turn or snippet the database lost.
+saves over 1 s, and the acknowledged saves whose turn or snippet the database lost. On
+SQLite, also the write transactions of ``db upgrade``: how many, and the one that held the
+write lock longest (seconds, rows written).
 Needs the released version's environment (built on first use, as the migration tests
 build it). A Postgres database ``zerda_test_<random>`` is made and dropped.
 """
@@ -33,7 +35,7 @@ import sqlalchemy as sa
 from benchmarks.databases import POSTGRES_ADMIN_URL
 from benchmarks.upgrade_locks import RevisionClock
 from tests.doubles import new_postgres_database
-from tests.migrations.nonstop_writers import NonStopWriters, fill_released
+from tests.migrations.nonstop_writers import NonStopWriters, WriteTransactions, fill_released
 from tests.migrations.released import released_database
 from zerda_store import Store, migrate
 from zerda_store.identity.rekeying import Rekeying
@@ -50,16 +52,24 @@ def _timed(step: Callable[[], Any]) -> tuple[float, float, Any]:
     return started, time.time(), result
 
 
+def _watched(store: Store) -> WriteTransactions | None:
+    """SQLite: the write transactions of the store's connections, recorded."""
+    return WriteTransactions(store.engine) if store.dialect == "sqlite" else None
+
+
 def _rekey(url: str) -> int:
     with Store(url) as store:
         return sum(len(done.merges) for done in Rekeying(store).run(time.time))
 
 
-def _upgrade(url: str) -> tuple[int, int, dict[str, float]]:
+def _upgrade(url: str, locks: dict[str, Any]) -> tuple[int, int, dict[str, float]]:
     with Store(url) as store, RevisionClock() as clock:
+        watched = _watched(store)
         started = time.monotonic()
         report = migrate.upgrade(store)
         durations = clock.durations(time.monotonic() - started)
+    if watched is not None:
+        locks["db upgrade"] = watched.longest()
     return sum(len(entry["merges"]) for entry in report), clock.retries, durations
 
 
@@ -86,10 +96,13 @@ def measure(url: str, turns: int, workdir: Path) -> dict[str, Any]:
         )
         filled = time.monotonic() - started
     steps: dict[str, Any] = {}
+    locks: dict[str, Any] = {}
     released = NonStopWriters(url, workdir, sessions=sessions, names=NAMES)
     with released:
         time.sleep(SETTLE_S)
-        upgrade_from, upgrade_to, (merges, retries, revisions) = _timed(lambda: _upgrade(url))
+        upgrade_from, upgrade_to, (merges, retries, revisions) = _timed(
+            lambda: _upgrade(url, locks)
+        )
         time.sleep(SETTLE_S)
         rekey_from, rekey_to, rekey_merges = _timed(lambda: _rekey(url))
         time.sleep(SETTLE_S)
@@ -120,6 +133,8 @@ def measure(url: str, turns: int, workdir: Path) -> dict[str, Any]:
             "released_writers": released.report(store).summary(),
             "current_writers": current.report(store).summary(),
         }
+    for step, held in locks.items():
+        steps[step]["write_transactions"] = held
     return {"turns": turns, "fill_s": round(filled, 1), "steps": steps, "all_saves": everything}
 
 

@@ -1,10 +1,11 @@
 """Alembic environment for zerda_store.
 
 ``zerda-store db ...`` and the library pass an open connection, holding the migration
-lock, through ``config.attributes["connection"]``: inside one transaction (SQLite; every
-downgrade), or on Postgres for an upgrade outside any, so that each revision commits on its
-own and releases its locks before the next. Run as plain
-``alembic``, the URL comes from ``-x url=...`` or ``ZERDA_STORE_DATABASE_URL``.
+lock, through ``config.attributes["connection"]``: inside one transaction (every downgrade;
+the creation of a new SQLite schema), or for an upgrade outside any, so that each revision
+commits on its own and releases its locks before the next (on SQLite, a revision's long
+data steps commit in short transactions too: ``zerda_store.db.migration.sqlite_online``).
+Run as plain ``alembic``, the URL comes from ``-x url=...`` or ``ZERDA_STORE_DATABASE_URL``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ def _record_applied(*, step, **_: object) -> None:
 
 
 def run_migrations(connection: Connection) -> None:
+    # Handed over outside a transaction, revisions may commit as they go (a backfill in
+    # batches, a constraint validated apart, a SQLite table rebuilt in batches): see 0005.
+    online = not connection.in_transaction()
     if (
         connection.dialect.name == "sqlite"
         and connection.exec_driver_sql("PRAGMA foreign_keys").scalar()
@@ -66,20 +70,18 @@ def run_migrations(connection: Connection) -> None:
             "SQLite migrations must run with foreign keys off: use `zerda-store db upgrade` "
             "or zerda_store.db.migration.migrate, which switch them off and check them afterwards"
         )
-    # Handed over outside a transaction on Postgres, revisions may commit as they go (a
-    # backfill in batches, a constraint validated apart): see 0005.
+    if online and connection.in_transaction():
+        connection.rollback()  # the check's read: each revision begins a transaction of its own
     postgres = connection.dialect.name == "postgresql"
-    config.attributes["online_ddl"] = (
-        connection.dialect.name == "postgresql" and not connection.in_transaction()
-    )
+    config.attributes["online_ddl"] = online
     context.configure(
         connection=connection,
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_server_default=_compared_default if postgres else False,
-        # On Postgres, a connection handed over outside a transaction (`db upgrade`)
-        # commits each revision on its own, releasing its locks before the next.
-        transaction_per_migration=connection.dialect.name == "postgresql",
+        # A connection handed over outside a transaction (`db upgrade`) commits each
+        # revision on its own, releasing its locks before the next.
+        transaction_per_migration=postgres or config.attributes["online_ddl"],
         include_object=_included(connection.dialect.name),
         on_version_apply=_record_applied,
     )
@@ -91,6 +93,10 @@ def run_migrations(connection: Connection) -> None:
     def run() -> None:
         with context.begin_transaction():
             context.run_migrations()
+
+    if not postgres:
+        run()  # SQLite queues no lock requests: nothing to give way to
+        return
 
     def stopped() -> str:
         return f"db upgrade, the revision after {context.get_context().get_current_revision()}"

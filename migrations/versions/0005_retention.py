@@ -11,8 +11,10 @@ On Postgres, when the revision runs in transactions of its own (``db upgrade``),
 holds the table's lock for long: the column is added nullable with its default (new rows of
 the previous release take it), committed, backfilled in batches of short transactions,
 and made NOT NULL through a check constraint validated first (VALIDATE lets reads and
-writes go on; SET NOT NULL then needs no scan). Re-run after an interruption, it finds
-what is done and goes on.
+writes go on; SET NOT NULL then needs no scan). Run so on SQLite, the table is rebuilt with the
+column in short transactions (``zerda_store.db.migration.sqlite_online``): each snippet
+copied, in batches or as the previous release writes it, takes its time on the way. Re-run
+after an interruption, it finds what is done and goes on.
 
 Revision ID: 0005
 Revises: 0004
@@ -23,6 +25,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from alembic.operations import BatchOperations
+
+from zerda_store.db.migration import sqlite_online
 
 revision = "0005"
 down_revision = "0004"
@@ -109,10 +114,44 @@ def _online() -> bool:
     return bool(op.get_context().config.attributes.get(ONLINE_DDL))
 
 
+# A snippet's time, from the snippet's row (``{row}``): its turn's, else (a note) its
+# entity's last_seen.
+CREATED_AT_OF_ROW = (
+    "COALESCE((SELECT t.created_at FROM turns t WHERE t.id = {row}.turn_id), "
+    "(SELECT e.last_seen FROM entities e WHERE e.id = {row}.entity_id))"
+)
+
+
+def _add_created_at_sqlite_online() -> None:
+    """SQLite: rebuild ``contexts`` with ``created_at`` (NOT NULL, defaulting to now) in
+    short transactions, each row given its time as it is copied."""
+    bind = op.get_bind()
+    if "created_at" in {column["name"] for column in sa.inspect(bind).get_columns("contexts")}:
+        return  # rebuilt by an interrupted run
+
+    def add(batch: BatchOperations) -> None:
+        batch.add_column(
+            sa.Column(
+                "created_at",
+                sa.Double(),
+                nullable=False,
+                server_default=sa.text(EPOCH_NOW["sqlite"]),
+            )
+        )
+
+    with sqlite_online.apart(bind) as pacing:
+        sqlite_online.rebuild_table(
+            bind, "contexts", add, pacing, values={"created_at": CREATED_AT_OF_ROW}
+        )
+
+
 def _add_created_at_online() -> None:
-    """Postgres: add ``contexts.created_at`` without holding the table's lock for long (see
-    the module's docstring): the steps that take the table's lock in short transactions
-    (which `db upgrade` lets wait briefly for it), the others outside any."""
+    """Add ``contexts.created_at`` without holding the table's lock for long (see the
+    module's docstring). Postgres: the steps that take the table's lock in short
+    transactions (which `db upgrade` lets wait briefly for it), the others outside any."""
+    if _sqlite():
+        _add_created_at_sqlite_online()
+        return
     bind = op.get_bind()
     columns = {column["name"] for column in sa.inspect(bind).get_columns("contexts")}
     if "created_at" not in columns:

@@ -16,8 +16,11 @@ holds the table's lock for long: the tables and the column (nullable, with the d
 previous release's saves take) are committed in one short transaction; each session is
 re-keyed in a short transaction of its own holding the session's lock (as ``db rekey``
 does); then NOT NULL comes through a check constraint validated first, and the index is
-built concurrently. Re-run after an interruption, it re-keys the sessions left (those with
-entities whose ``core_key`` is NULL) and goes on.
+built concurrently. Run so on SQLite, the tables and the column are committed in the revision's
+transaction, each session is re-keyed in a short transaction of its own, and ``entities``
+is rebuilt with the column NOT NULL and its index in short transactions
+(``zerda_store.db.migration.sqlite_online``). Re-run after an interruption, it re-keys the
+sessions left (those with entities whose ``core_key`` is NULL) and goes on.
 
 The data work is frozen in ``migrations/frozen`` (the key rules as they were, the merge in
 the merge log's format), importing nothing of the library. Downgrading undoes the
@@ -42,6 +45,9 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
+from alembic.operations import BatchOperations
+
+from zerda_store.db.migration import sqlite_online
 
 revision = "0006"
 down_revision = "0005"
@@ -109,12 +115,7 @@ def _alter_entities(change: str) -> None:
         op.add_column("entities", sa.Column("core_key", sa.Text(), nullable=True))
         _rekey_sessions()
         with op.batch_alter_table("entities", recreate=recreate) as batch:
-            # Empty for the entities the previous release saves while both releases run;
-            # `zerda-store db rekey` gives them their keys and cores.
-            batch.alter_column(
-                "core_key", existing_type=sa.Text(), nullable=False, server_default=""
-            )
-            batch.create_index("ix_entities_session_id_core_key", ["session_id", "core_key"])
+            _core_key_required(batch)
     else:
         with op.batch_alter_table("entities", recreate=recreate) as batch:
             batch.drop_index("ix_entities_session_id_core_key")
@@ -122,6 +123,13 @@ def _alter_entities(change: str) -> None:
     if sqlite:
         op.execute(ENTITY_OVERVIEW)
         op.execute(ENTITY_SNIPPETS)
+
+
+def _core_key_required(batch: BatchOperations) -> None:
+    # Empty for the entities the previous release saves while both releases run;
+    # `zerda-store db rekey` gives them their keys and cores.
+    batch.alter_column("core_key", existing_type=sa.Text(), nullable=False, server_default="")
+    batch.create_index("ix_entities_session_id_core_key", ["session_id", "core_key"])
 
 
 def _create_tables() -> None:
@@ -259,6 +267,41 @@ def _rekey_committed(
     raise AssertionError("unreachable")
 
 
+def _upgrade_sqlite_online() -> None:
+    """SQLite, holding the write lock briefly at a time: the tables and the column (nullable)
+    in the revision's transaction; then each session re-keyed in a short transaction of its
+    own (SQLite has one writer at a time: no save runs inside it), and ``entities`` rebuilt
+    with the column NOT NULL and its index, in short transactions. An entity the previous
+    release saves meanwhile without a core takes the default, ``''`` (as on Postgres: `db
+    rekey` re-keys it). Re-run after an interruption, it goes on with the sessions not
+    re-keyed yet, or the rebuild."""
+    bind = op.get_bind()
+    inspector = sa.inspect(bind)
+    if not inspector.has_table("entity_aliases"):
+        _create_tables()
+    columns = {column["name"]: column for column in inspector.get_columns("entities")}
+    if "core_key" not in columns:
+        op.add_column("entities", sa.Column("core_key", sa.Text(), nullable=True))
+    elif not columns["core_key"]["nullable"]:
+        return  # rebuilt by an interrupted run
+    assume_normalized = op.get_context().config.attributes.get(ASSUME_NORMALIZED, False)
+    with sqlite_online.apart(bind) as pacing:
+        rekeying = _frozen("rekeying")
+        for session_id in rekeying.pending_sessions(bind):
+            with sqlite_online.short_transaction(bind, pacing):
+                outcome = rekeying.rekey_session(
+                    bind, session_id, time.time(), assume_normalized=assume_normalized
+                )
+            _report([outcome])  # as it is committed: a later stop loses none of the report
+        sqlite_online.rebuild_table(
+            bind,
+            "entities",
+            _core_key_required,
+            pacing,
+            values={"core_key": "COALESCE({row}.core_key, '')"},
+        )
+
+
 def _upgrade_online() -> None:
     """Postgres, holding no table's lock for long: the tables and the column (nullable,
     with the default the previous release's saves take) in one short transaction; then each
@@ -303,7 +346,10 @@ def _upgrade_online() -> None:
 
 def upgrade() -> None:
     if op.get_context().config.attributes.get(ONLINE_DDL):
-        _upgrade_online()
+        if _sqlite():
+            _upgrade_sqlite_online()
+        else:
+            _upgrade_online()
         return
     _create_tables()
     _alter_entities("add")

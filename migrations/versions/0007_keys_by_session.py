@@ -17,7 +17,9 @@ keys' indexes are built first with ``CREATE INDEX CONCURRENTLY`` (reads and writ
 then one short transaction swaps the keys onto them (``PRIMARY KEY USING INDEX``, foreign
 keys ``NOT VALID``), having locked the tables first in the order saves lock them, and each
 foreign key is validated in a transaction of its own (VALIDATE lets reads and writes go
-on). Re-run after an interruption, it goes on where it stopped.
+on). Run so on SQLite, each table is rebuilt in short transactions
+(``zerda_store.db.migration.sqlite_online``), the referred tables first. Re-run after an
+interruption, it goes on where it stopped.
 
 Revision ID: 0007
 Revises: 0006
@@ -26,7 +28,13 @@ Create Date: 2026-12-03
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import sqlalchemy as sa
 from alembic import op
+from alembic.operations import BatchOperations
+
+from zerda_store.db.migration import sqlite_online
 
 revision = "0007"
 down_revision = "0006"
@@ -191,6 +199,57 @@ def _sqlite(composite: bool) -> None:
 FK_INDEXES = (("contexts", "turn_id"), ("entity_aliases", "entity_id"))
 
 
+def _keys_by_session(table: str) -> Callable[[BatchOperations], None]:
+    """The batch operation that gives ``table`` its keys by session (and a foreign key's
+    index by session), as the one-transaction path leaves it."""
+
+    def alter(batch: BatchOperations) -> None:
+        if table in REFERRED:
+            batch.create_unique_constraint(f"uq_{table}_session_id_id", ["session_id", "id"])
+        for owner, column, referred in FOREIGN_KEYS:
+            if owner == table:
+                batch.drop_constraint(_single(table, column, referred), type_="foreignkey")
+                batch.create_foreign_key(
+                    _composite(table, referred), referred, ["session_id", column],
+                    ["session_id", "id"], ondelete="CASCADE",
+                )  # fmt: skip
+        for owner, column in FK_INDEXES:
+            if owner == table:
+                batch.drop_index(f"ix_{table}_{column}")
+                batch.create_index(f"ix_{table}_{column}_session_id", [column, "session_id"])
+
+    return alter
+
+
+def _keyed_by_session(table: str) -> bool:
+    inspector = sa.inspect(op.get_bind())
+    if table in REFERRED:
+        names = {unique["name"] for unique in inspector.get_unique_constraints(table)}
+        return f"uq_{table}_session_id_id" in names
+    keys = {key["name"] for key in inspector.get_foreign_keys(table)}
+    return all(
+        _composite(table, referred) in keys for owner, _, referred in FOREIGN_KEYS if owner == table
+    )
+
+
+def _sqlite_online() -> None:
+    """SQLite, holding the write lock briefly at a time: each table rebuilt with its keys by
+    session in short transactions, the referred tables first (a foreign key by session
+    needs their unique ``(session_id, id)`` as soon as the table that has it is written);
+    then the ids an unmerge puts back are kept from new rows. Re-run after an
+    interruption, the tables rebuilt already are left as they are."""
+    bind = op.get_bind()
+    with sqlite_online.apart(bind) as pacing:
+        for table in (*REFERRED, "contexts", "extractions", "entity_aliases"):
+            if not _keyed_by_session(table):
+                sqlite_online.rebuild_table(
+                    bind, table, _keys_by_session(table), pacing,
+                    table_kwargs=_kwargs(table, composite=True),
+                )  # fmt: skip
+        with sqlite_online.short_transaction(bind, pacing):
+            _never_reuse_restorable_ids()
+
+
 def _indexes(composite: bool) -> None:
     for table, column in FK_INDEXES:
         if composite:
@@ -265,6 +324,9 @@ def upgrade() -> None:
         ONLINE_DDL
     ):
         _postgres_online()
+        return
+    if op.get_context().config.attributes.get(ONLINE_DDL):
+        _sqlite_online()
         return
     _indexes(composite=True)
     if op.get_bind().dialect.name == "sqlite":

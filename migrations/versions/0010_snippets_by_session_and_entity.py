@@ -17,6 +17,10 @@ snippets by ``entity_id`` alone, and so do the SQLite statements of this one.
 On Postgres, when the revision runs in transactions of its own (``db upgrade``), the index
 is built ``CONCURRENTLY`` (reads and writes go on); one left invalid by an interrupted run
 is dropped and built again; the index it replaces is dropped ``CONCURRENTLY`` afterwards.
+Run so on SQLite, where an index is built in one statement that holds the write lock while it
+reads every snippet, ``contexts`` is rebuilt with the new index in short transactions
+(``zerda_store.db.migration.sqlite_online``): the index grows batch by batch as the rows
+are copied.
 
 Revision ID: 0010
 Revises: 0009
@@ -25,7 +29,11 @@ Create Date: 2026-12-05
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import op
+from alembic.operations import BatchOperations
+
+from zerda_store.db.migration import sqlite_online
 
 revision = "0010"
 down_revision = "0009"
@@ -57,8 +65,24 @@ def upgrade() -> None:
                 )
             bind.exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {REPLACED}")
         return
+    if bind.dialect.name == "sqlite" and op.get_context().config.attributes.get(ONLINE_DDL):
+        _rebuild_sqlite_online()
+        return
     op.create_index(INDEX, "contexts", COLUMNS)
     op.drop_index(REPLACED, table_name="contexts")
+
+
+def _replace_index(batch: BatchOperations) -> None:
+    batch.create_index(INDEX, COLUMNS)
+    batch.drop_index(REPLACED)
+
+
+def _rebuild_sqlite_online() -> None:
+    bind = op.get_bind()
+    if INDEX in {index["name"] for index in sa.inspect(bind).get_indexes("contexts")}:
+        return  # rebuilt by an interrupted run
+    with sqlite_online.apart(bind) as pacing:
+        sqlite_online.rebuild_table(bind, "contexts", _replace_index, pacing)
 
 
 def downgrade() -> None:

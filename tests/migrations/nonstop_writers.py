@@ -225,6 +225,40 @@ def _turns_and_snippets(store: Store, sessions: Sequence[str]) -> dict[tuple[str
         }
 
 
+class WriteTransactions:
+    """The write transactions of a SQLite store's connections (those of a migration): for
+    each, the rows it changed (the driver's ``total_changes``) and how long it held the
+    write lock (from its ``BEGIN`` having returned to its commit)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.done: list[tuple[int, float]] = []
+        self._began: dict[int, tuple[int, float]] = {}
+        sa.event.listen(engine, "after_cursor_execute", self._statement)
+        sa.event.listen(engine, "commit", self._ended)
+
+    def _statement(
+        self, connection: sa.Connection, cursor: object, statement: str, *_: object
+    ) -> None:
+        verb = statement.lstrip()[:6].upper()
+        if verb.startswith("BEGIN"):
+            driver: Any = connection.connection.driver_connection
+            self._began[id(driver)] = (driver.total_changes, time.monotonic())
+        elif verb == "COMMIT":
+            self._ended(connection)
+
+    def _ended(self, connection: sa.Connection) -> None:
+        driver: Any = connection.connection.driver_connection
+        began = self._began.pop(id(driver), None)
+        if began is not None:
+            changes, at = began
+            self.done.append((driver.total_changes - changes, time.monotonic() - at))
+
+    def longest(self) -> dict[str, Any]:
+        """The transaction that held the write lock longest: seconds and rows."""
+        changed, held = max(self.done, key=lambda done: done[1], default=(0, 0.0))
+        return {"transactions": len(self.done), "longest_s": round(held, 3), "its_rows": changed}
+
+
 def against_nonstop_writers(
     database_url: str,
     workdir: Path,

@@ -232,6 +232,7 @@ def _survey_at(store: Store, revision: str) -> Survey:
 
 def _drop_previous_release_defaults(store: Store) -> None:
     from zerda_store.db.migration.contract import contract
+    from zerda_store.db.store import core_of
 
     contract(core_of(store), "0011", "0011")  # as `db contract` did at 0011
     with store.connect() as connection:

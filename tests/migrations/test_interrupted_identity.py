@@ -1,7 +1,8 @@
 """An online revision 0006 stopped partway (some sessions re-keyed, merged and committed,
-the database still at 0005): a downgrade refuses, changing nothing, until `db upgrade`
-finishes it; `db upgrade` prints the merges committed before it failed; and a session whose
-re-keying a save of the previous release raced is re-keyed again."""
+the database still at 0005), on both backends: a downgrade refuses, changing nothing, until
+`db upgrade` finishes it; `db upgrade` prints the merges committed before it failed; and
+(Postgres) a session whose re-keying a save of the previous release raced is re-keyed
+again."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 
 from tests.cli.helpers import invoke, one_line_error
-from tests.doubles import new_postgres_database
 from tests.migrations.released import released_database, rows, save_turns
 from zerda_store import SchemaNotCurrentError, Store, migrate
+from zerda_store.db.migration import sqlite_online
 from zerda_store.errors import DatabaseError
 
 SESSIONS = {"a": [["Müller"], ["Muller"]], "b": [["Zoë"], ["Zoe"]]}
@@ -29,18 +30,14 @@ STATE = (
 
 
 @pytest.fixture
-def store_at_0005(postgres_admin: sa.Engine) -> Iterator[tuple[Store, str]]:
-    url, drop = new_postgres_database(postgres_admin)
-    try:
-        with Store(url) as store:
-            released_database(store)
-            for session_id, turns in SESSIONS.items():
-                save_turns(store, session_id, turns)
-            migrate.upgrade(store, "0006")  # loads 0006's frozen modules
-            migrate.downgrade(store, "0005")
-            yield store, url
-    finally:
-        drop()
+def store_at_0005(empty_database_url: str) -> Iterator[tuple[Store, str]]:
+    with Store(empty_database_url) as store:
+        released_database(store)
+        for session_id, turns in SESSIONS.items():
+            save_turns(store, session_id, turns)
+        migrate.upgrade(store, "0006")  # loads 0006's frozen modules
+        migrate.downgrade(store, "0005")
+        yield store, empty_database_url
 
 
 def _stop_at_b(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,7 +56,6 @@ def _state(store: Store) -> list[list[tuple[Any, ...]]]:
     return [rows(store, query) for query in STATE]
 
 
-@pytest.mark.postgres
 def test_a_downgrade_after_an_interrupted_0006_refuses_until_the_upgrade_finishes(
     store_at_0005: tuple[Store, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,10 +77,9 @@ def test_a_downgrade_after_an_interrupted_0006_refuses_until_the_upgrade_finishe
     migrate.upgrade(store)
     migrate.downgrade(store, "0004")
     assert migrate.current_revision(store) == "0004"
-    assert rows(store, "SELECT to_regclass('entity_aliases') IS NULL") == [(True,)]
+    assert not sa.inspect(store.engine).has_table("entity_aliases")
 
 
-@pytest.mark.postgres
 @pytest.mark.parametrize("as_json", [False, True])
 def test_a_failed_db_upgrade_prints_the_merges_it_committed(
     store_at_0005: tuple[Store, str], monkeypatch: pytest.MonkeyPatch, as_json: bool
@@ -109,30 +104,41 @@ def test_a_failed_db_upgrade_prints_the_merges_it_committed(
         )
 
 
-def test_a_failed_db_upgrade_on_sqlite_prints_no_merge_as_it_rolled_back_all(
-    sqlite_url: str,
+def test_a_db_upgrade_on_sqlite_failing_after_the_merging_revision_keeps_it_and_its_report(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each revision is committed on its own (the re-keying session by session): a later
+    revision's failure leaves 0006 done, and its merges printed with their undo commands."""
     with Store(sqlite_url) as store:
         released_database(store)
         for session_id, turns in SESSIONS.items():
             save_turns(store, session_id, turns)
-        migrate.upgrade(store, "0005")
-        # Revision 0007 creates this index: it fails after 0006 re-keyed and merged.
-        with store.connect() as connection, connection.begin():
-            connection.exec_driver_sql(
-                "CREATE INDEX ix_contexts_turn_id_session_id ON contexts (turn_id)"
-            )
+    original = sqlite_online.rebuild_table
+
+    def rebuild_table(bind: sa.Connection, table: str, *args: Any, **kw: Any) -> None:
+        if table == "turns":  # revision 0007's first
+            raise DatabaseError("the database went away")
+        original(bind, table, *args, **kw)
+
+    monkeypatch.setattr(sqlite_online, "rebuild_table", rebuild_table)
 
     result = invoke(sqlite_url, "db", "upgrade")
 
     assert result.exit_code != 0
-    assert result.stdout == ""
+    printed = [line for line in result.stdout.splitlines() if "undo with: " in line]
+    assert [line.rsplit("undo with: ", 1)[1] for line in printed] == [
+        "zerda-store unmerge 1 --session a",
+        "zerda-store unmerge 2 --session b",
+    ]
     with Store(sqlite_url) as store:
-        assert migrate.current_revision(store) == "0005"
-        assert rows(store, "SELECT COUNT(*) FROM entities") == [(4,)]
+        assert migrate.current_revision(store) == "0006"
+        assert rows(store, "SELECT COUNT(*) FROM entities") == [(2,)]
 
 
-@pytest.mark.postgres
+# SQLite has one writer at a time: no save commits inside a session's re-keying there.
+@pytest.mark.parametrize(
+    "empty_database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_a_previous_release_save_racing_a_sessions_rekeying_makes_it_run_again(
     store_at_0005: tuple[Store, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,7 +2,8 @@
 
 The revisions live in the top-level ``migrations/`` folder of the repository; the wheel
 carries a copy inside the package. Upgrades on Postgres hold an advisory lock, and on SQLite
-an IMMEDIATE transaction, so concurrent deploy jobs apply each revision exactly once.
+a lock on a file beside the database, so concurrent deploy jobs apply each revision exactly
+once.
 
 Only an upgrade creates zerda_store's schema, and a SQLite file is switched to WAL only then
 (WAL stays a property of the file). A store opened read-only is never migrated: upgrade and
@@ -12,6 +13,7 @@ downgrade refuse it, and :func:`ensure_schema` only says what to run.
 from __future__ import annotations
 
 import io
+import logging
 import sqlite3
 import time
 from collections.abc import Collection, Iterator
@@ -20,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sqlalchemy import inspect, text
+from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -30,7 +32,7 @@ from ..connections.settings import SQLITE_BUSY_TIMEOUT_MS
 from ..execution.failures import is_permission_denied
 from ..store import StoreCore, takes_store
 from . import compatibility, merge_report
-from .lock import alembic_connection, locked_connection
+from .lock import alembic_connection, commits_per_revision, locked_connection
 from .survey import (
     Survey,
     hidden_schema_error,
@@ -160,8 +162,9 @@ def upgrade(
     ``assume_normalized``: the sessions (True: every one) whose records do not tell how
     their keys were made (revision 0006) were written with ``normalize_names=True``, so
     they are re-keyed; the others such are kept exact. ``report``: the list to fill, which
-    holds what was committed when the upgrade fails (on Postgres each session's re-keying
-    is committed as it goes; on SQLite the whole upgrade is rolled back: empty).
+    holds what was committed when the upgrade fails (each session's re-keying is committed
+    as it goes; empty where the upgrade runs in one transaction: a new schema, or SQLite
+    without file locks).
 
     Once the upgrade is done the report comes from the merge log (:mod:`.merge_report`):
     every "key rules" merge no finished upgrade reported, those of earlier runs stopped
@@ -179,9 +182,17 @@ def upgrade(
         raise compatibility.newer_schema_error(store, found, known_revisions(), head_revision())
     from alembic import command
 
+    # Revision by revision (SQLite: the long data steps in short transactions too), but a
+    # new schema in one transaction: there are no rows to wait for, and a creation cut
+    # short leaves nothing behind.
+    per_revision = commits_per_revision(store) and (
+        store.dialect == "postgresql" or found.revision is not None
+    )
+    if per_revision and store.dialect == "sqlite" and found.revision != head_revision():
+        _refuse_record_behind_tables(store, found)
     with (
         _owner_only(store, "db upgrade"),
-        locked_connection(store, per_revision=True) as connection,
+        locked_connection(store, per_revision=per_revision) as connection,
     ):
         if store.schema is not None:
             _create_postgres_schema(connection, store.schema)
@@ -194,10 +205,10 @@ def upgrade(
         try:
             command.upgrade(config, revision)
         except BaseException as exc:
-            if store.dialect != "postgresql":
-                report.clear()
+            if not per_revision:
+                report.clear()  # rolled back with the rest
             if isinstance(exc, DBAPIError) and "already exists" in str(exc.orig):
-                raise record_behind_tables(store, found.revision, exc) from None
+                raise record_behind_tables(store, found.revision, store.describe(exc)) from None
             raise
     if found.revision is not None and current_revision(store) != found.revision:
         statistics.analyze(store)  # the revisions' data steps may have rewritten many rows
@@ -205,6 +216,48 @@ def upgrade(
     if acknowledge:
         acknowledge_report(store, report)
     return report
+
+
+# What a SQLite schema is made of, by name (SQLite's own objects left out).
+SQLITE_NAMES = "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite%'"
+
+
+def _refuse_record_behind_tables(store: StoreCore, found: Survey) -> None:
+    """SQLite, revision by revision: refuse, before any revision commits, a database holding
+    what a revision after the next one makes (its version record set back by hand). What
+    the next revision makes may be there: a run of it that was stopped left it, and the
+    revision goes on from there."""
+    later = _sqlite_names_at(head_revision()) - _sqlite_names_at(_next_revision(found.revision))
+    with store.connect() as connection:
+        met = sorted(later & set(connection.exec_driver_sql(SQLITE_NAMES).scalars()))
+    if met:
+        raise record_behind_tables(store, found.revision, ", ".join(met))
+
+
+def _next_revision(revision: str | None) -> str:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    following = script.get_revision(revision).nextrev if revision else ()
+    return next(iter(following), head_revision())
+
+
+@cache
+def _sqlite_names_at(revision: str) -> frozenset[str]:
+    """The tables, indexes and views of the SQLite schema at ``revision`` (made in memory)."""
+    from alembic import command
+
+    scratch = create_engine("sqlite://")
+    alembic_log = logging.getLogger("alembic.runtime.migration")
+    alembic_log.disabled = True  # not the upgrade the operator asked for: not in its log
+    try:
+        with scratch.connect() as connection:
+            with connection.begin():
+                command.upgrade(alembic_config(connection), revision)
+            return frozenset(connection.exec_driver_sql(SQLITE_NAMES).scalars())
+    finally:
+        alembic_log.disabled = False
+        scratch.dispose()
 
 
 @takes_store

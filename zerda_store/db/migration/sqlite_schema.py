@@ -1,4 +1,5 @@
-"""Dropping a column's default on SQLite without copying its table.
+"""Editing SQLite table and index definitions without copying a table: dropping a
+column's default, renaming an index.
 
 A default lives only in the table's definition (``sqlite_schema.sql``); the rows do not
 change when it goes. SQLite documents this edit of the definition for "adding, removing, or
@@ -14,7 +15,7 @@ revision 0007 since its columns were added, so its rows hold every column.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy.engine import Connection
 
@@ -43,6 +44,27 @@ def drop_defaults(connection: Connection, columns: Sequence[tuple[str, str]]) ->
     finally:
         connection.exec_driver_sql("PRAGMA writable_schema = OFF")
     return all(_default_of(connection, table, column) is None for table, column in columns)
+
+
+def rename_indexes(connection: Connection, renamed: Mapping[str, tuple[str, str]]) -> None:
+    """Give indexes other names, in the connection's transaction: ``renamed`` maps each
+    index's name to its new name and its ``CREATE INDEX`` under that name (same table,
+    same columns). SQLite has no ALTER INDEX; an index's name lives only in the schema
+    (its pages do not hold it), so the schema's row is edited as :func:`drop_defaults`
+    edits a table's, and the schema version raised."""
+    if not renamed:
+        return
+    version = int(connection.exec_driver_sql("PRAGMA schema_version").scalar_one())
+    connection.exec_driver_sql("PRAGMA writable_schema = ON")
+    try:
+        for name, (new_name, sql) in renamed.items():
+            connection.exec_driver_sql(
+                "UPDATE sqlite_master SET name = ?, sql = ? WHERE type = 'index' AND name = ?",
+                (new_name, sql, name),
+            )
+        connection.exec_driver_sql(f"PRAGMA schema_version = {version + 1}")
+    finally:
+        connection.exec_driver_sql("PRAGMA writable_schema = OFF")
 
 
 def _definition(connection: Connection, table: str) -> str | None:

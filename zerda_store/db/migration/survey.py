@@ -194,12 +194,13 @@ def require_ours(store: StoreCore, found: Survey, known: Collection[str]) -> str
     return found.revision
 
 
-def record_behind_tables(store: StoreCore, revision: str | None, exc: DBAPIError) -> StoreError:
-    """An upgrade that met a table or index of a later revision: the version record was
-    set back by hand (or restored apart from the tables). Nothing was changed."""
+def record_behind_tables(store: StoreCore, revision: str | None, found: str) -> StoreError:
+    """An upgrade that met a table or index of a later revision (``found``: which, or the
+    error that met it): the version record was set back by hand (or restored apart from
+    the tables). Nothing was changed."""
     return SchemaNotCurrentError(
         f"the database {store.safe_url} records revision {revision}, but holds what a later "
-        f"revision makes ({store.describe(exc)}): its version record does not match its "
+        f"revision makes ({found}): its version record does not match its "
         f"tables (set back by hand?){'; nothing was changed' if store.dialect == 'sqlite' else ''}. "
         "Set the record to the revision the tables are at (`alembic stamp REVISION`), or "
         "restore the database whole"
