@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
+import sqlalchemy as sa
 
 from tests.citus import Cluster
 from tests.cli.helpers import invoke, json_of, one_line_error, succeeded
@@ -58,3 +59,19 @@ def test_adding_a_node_of_the_cluster_again_is_refused(url: str, citus_cluster: 
 def test_a_rebalance_with_nothing_to_move_says_so_and_cleans_up(url: str) -> None:
     output = succeeded(invoke(url, "db", "citus", "rebalance")).stdout
     assert output.splitlines() == ["no shard needs to move", "no copy left behind by the moves"]
+
+
+def test_moving_shards_off_a_worker_that_commits_asynchronously_is_refused(
+    url: str, citus_cluster: Cluster
+) -> None:
+    """A move's last catch-up waits only for the WAL its source has written: a commit made
+    there with synchronous_commit = off just before the switch is lost (docs/citus.md)."""
+    host, port = citus_cluster.workers_at[0]
+    database = sa.make_url(url).database
+    with citus_cluster.workers[0].connect() as connection:
+        connection.exec_driver_sql(f'ALTER DATABASE "{database}" SET synchronous_commit = off')
+    before = invoke(url, "db", "citus", "nodes", "--json").stdout
+    for command in (("rebalance",), ("drain", f"{host}:{port}")):
+        line = one_line_error(invoke(url, "db", "citus", *command))
+        assert f"{host}:{port} runs with synchronous_commit = off" in line
+    assert json.loads(invoke(url, "db", "citus", "nodes", "--json").stdout) == json.loads(before)

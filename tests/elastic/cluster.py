@@ -1,10 +1,13 @@
 """A Citus cluster of the elastic harness's own (``scripts/citus``, with a state file of its
 own), one more node started on asking, and a database made on the nodes the way
-docs/citus.md tells an operator to."""
+docs/citus.md tells an operator to. Every node may be given more ``postgresql.conf``
+settings (``ZERDA_CITUS_NODE_SETTINGS``), and the nodes' logs may be kept when it stops."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 import subprocess
 import tempfile
 import uuid
@@ -26,15 +29,14 @@ class ClusterError(Exception):
 class Cluster:
     """The running cluster: its coordinator's admin URL and the ``scripts/citus`` state."""
 
-    def __init__(self, state: str, admin_url: str) -> None:
-        self.state = state
+    def __init__(self, env: dict[str, str], admin_url: str) -> None:
+        self.env = env
         self.admin_url = sa.make_url(admin_url)
         self.database = f"zerda_elastic_{uuid.uuid4().hex[:8]}"
 
     def _script(self, verb: str) -> str:
-        env = {**os.environ, "ZERDA_CITUS_STATE": self.state}
         done = subprocess.run(
-            [str(SCRIPT), verb], env=env, capture_output=True, text=True, check=False
+            [str(SCRIPT), verb], env=self.env, capture_output=True, text=True, check=False
         )
         if done.returncode != 0:
             raise ClusterError(f"scripts/citus {verb}: {done.stderr.strip()}")
@@ -77,23 +79,53 @@ class Cluster:
 
 
 @contextmanager
-def cluster() -> Iterator[Cluster]:
-    """A coordinator and two workers, stopped (with every node added) at the end."""
+def cluster(settings: list[str], logs: Path | None = None) -> Iterator[Cluster]:
+    """A coordinator and two workers, every node started with ``settings`` (postgresql.conf
+    lines) too; stopped (with every node added) at the end, after their logs are copied to
+    ``logs`` (when given)."""
     handle, state = tempfile.mkstemp(prefix="zerda-citus-elastic.")
     os.close(handle)
     os.unlink(state)
-    env = {**os.environ, "ZERDA_CITUS_STATE": state}
+    env = {
+        **os.environ,
+        "ZERDA_CITUS_STATE": state,
+        "ZERDA_CITUS_NODE_SETTINGS": "\n".join(settings),
+    }
     try:
         started = subprocess.run(
             [str(SCRIPT), "start"], env=env, capture_output=True, text=True, check=False
         )
         if started.returncode != 0:
             raise ClusterError(f"scripts/citus start: {started.stderr.strip()}")
-        running = Cluster(state, started.stdout.strip().splitlines()[-1])
+        running = Cluster(env, started.stdout.strip().splitlines()[-1])
         running.set_up()
         yield running
     finally:
+        if logs is not None:
+            _keep_logs(state, logs)
         subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, check=False)
+
+
+def add_node_settings(parser: argparse.ArgumentParser) -> None:
+    """The ``--node-setting`` option: more ``postgresql.conf`` lines for every node."""
+    parser.add_argument(
+        "--node-setting",
+        action="append",
+        default=[],
+        metavar="'NAME = VALUE'",
+        help="One more postgresql.conf line for every node (repeatable).",
+    )
+
+
+def _keep_logs(state: str, into: Path) -> None:
+    """Copy the nodes' server logs (``PORT.log`` in the folder the state file records)."""
+    recorded = Path(state)
+    lines = recorded.read_text().splitlines() if recorded.exists() else []
+    into.mkdir(parents=True, exist_ok=True)
+    for line in lines:
+        if line.startswith("CITUS_DIR="):
+            for log in Path(line.removeprefix("CITUS_DIR=")).glob("*.log"):
+                shutil.copyfile(log, into / log.name)
 
 
 def _admin(url: sa.URL) -> sa.Engine:

@@ -2,6 +2,8 @@
 save and recall through one :class:`Store`.
 
     python -m tests.elastic.harness [--writers 4] [--sessions 4] [--settle 3] [--timeout 420]
+                                    [--node-setting 'NAME = VALUE' ...] [--logs DIR]
+                                    [--no-commit-check]
 
 A coordinator and two workers (``scripts/citus``) hold a database distributed by session
 (8 shards). Writer threads share one store; each saves turns of its own sessions, every
@@ -14,6 +16,14 @@ raises is delivered again with the same key, and counted as an error.
 Checks: no error, every acknowledged turn stored once (none lost, none doubled), every
 recall found its own write, no call over 1 s, and no shard placement, cleanup record or
 table of zerda_store left on the removed node. Exit status 0 when every check passed.
+
+Each move's phases are read from ``get_rebalance_progress()`` while it runs; a lost turn is
+printed with its shard and when it was acknowledged, beside the phases of that shard's move
+(the writes to a shard group wait from its final catch-up until Citus creates the foreign
+keys). ``--node-setting`` gives every node more ``postgresql.conf`` lines; with
+``synchronous_commit = off`` zerda_store refuses to move shards, unless ``--no-commit-check``
+lets the moves run to show what they lose (docs/citus.md). ``--logs`` keeps the nodes'
+server logs.
 """
 
 from __future__ import annotations
@@ -28,15 +38,17 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import sqlalchemy as sa
 
 from tests.doubles import NamesExtractor
-from tests.elastic.cluster import Cluster, ClusterError, cluster, rows
+from tests.elastic.cluster import Cluster, ClusterError, add_node_settings, cluster, rows
 from zerda_store import ConversationEntityMemory, Store, migrate
 from zerda_store.db.citus import distribution, nodes
 from zerda_store.db.schema import turns
+from zerda_store.db.store import StoreCore
 from zerda_store.errors import StoreError
 
 NAMES = ("Alice Harper", "Bilal Haddad")
@@ -44,6 +56,16 @@ SLOW_CALL = 1.0
 P = ParamSpec("P")
 T = TypeVar("T")
 SHARD_TABLE = re.compile(rf"^({'|'.join(distribution.DISTRIBUTED_TABLES)})_\d+$")
+# How often the moves' phases are read (get_rebalance_progress() asks the source and target
+# of every move for sizes and positions: not much more often on two cores).
+PHASE_POLL = 0.05
+_PROGRESS = sa.text(
+    "SELECT shardid, sourceport, targetport, status FROM get_rebalance_progress() "
+    "WHERE table_name = 'turns'::regclass"
+)
+_SHARD_OF = sa.text(
+    "SELECT get_shard_id_for_distribution_column('turns', CAST(:session_id AS text))"
+)
 
 
 @dataclass
@@ -55,8 +77,8 @@ class Writer:
     # Seconds between one writer's turns (a chat service's users pause; 0: flat out).
     pause: float = 0.0
     acknowledged: list[tuple[str, str]] = field(default_factory=list)
-    # When each turn was acknowledged (time.monotonic()), by key.
-    when: dict[str, float] = field(default_factory=dict)
+    # When each turn's save began and when it was acknowledged (time.monotonic()), by key.
+    when: dict[str, tuple[float, float]] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     missed_reads: int = 0
     slowest: float = 0.0
@@ -75,9 +97,10 @@ class Writer:
             while not stop.is_set():
                 memory = memories[turn % self.sessions]
                 key = f"w{self.number}-t{turn}"
+                began = time.monotonic()
                 self._deliver(memory, key)
                 self.acknowledged.append((memory.session_id, key))
-                self.when[key] = time.monotonic()
+                self.when[key] = (began, time.monotonic())
                 recalled = self._timed(memory.load_memory_variables, {"input": NAMES[0]})
                 if f"[{key}]" not in recalled[memory.memory_key]:
                     self.missed_reads += 1
@@ -113,15 +136,69 @@ class Writer:
                 _say(f"a call of writer {self.number} took {took * 1e3:.0f} ms")
 
 
+class Moves:
+    """The phases of every move while the operator's commands run: for each moved shard of
+    ``turns`` (its shard group), when each status of ``get_rebalance_progress()`` was
+    first seen (time.monotonic())."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = sa.create_engine(
+            url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool
+        )
+        self.seen: dict[int, dict[str, float]] = {}
+        self.ports: dict[int, tuple[int, int]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> Moves:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.engine.dispose()
+
+    def _watch(self) -> None:
+        with self.engine.connect() as connection:
+            while not self.stop.wait(PHASE_POLL):
+                now = time.monotonic()
+                try:
+                    found = connection.execute(_PROGRESS).all()
+                except sa.exc.DBAPIError:  # a node of a move went away meanwhile: read again
+                    continue
+                for row in found:
+                    self.ports[row.shardid] = (row.sourceport, row.targetport)
+                    self.seen.setdefault(row.shardid, {}).setdefault(row.status, now)
+
+    def describe(self, shard: int, started: float) -> str:
+        """One move: source and target ports, then each phase and when it was first seen."""
+        if shard not in self.seen:
+            return f"shard {shard}: not seen moving"
+        source, target = self.ports[shard]
+        phases = ", ".join(
+            f"{status} +{moment - started:.2f} s"
+            for status, moment in sorted(self.seen[shard].items(), key=lambda item: item[1])
+        )
+        return f"shard {shard} {source}->{target}: {phases}"
+
+
 @dataclass
 class Outcome:
     checks: dict[str, bool]
     figures: dict[str, str]
 
 
-def run(writers: int, sessions: int, settle: float, pause: float) -> Outcome:
+def run(
+    writers: int,
+    sessions: int,
+    settle: float,
+    pause: float,
+    settings: list[str],
+    logs: Path | None = None,
+) -> Outcome:
     started = time.monotonic()
-    with cluster() as running:
+    with cluster(settings, logs) as running:
         url = running.url()
         with Store(url) as admin:
             migrate.upgrade(admin)
@@ -139,7 +216,7 @@ def _grow_and_shrink(
     stop = threading.Event()
     writers = [Writer(number, sessions, pause) for number in range(count)]
     steps: dict[str, str] = {}
-    with Store(url) as store, Store(url) as admin:
+    with Store(url) as store, Store(url) as admin, Moves(url) as moves:
         threads = [threading.Thread(target=w.run, args=(store, stop), daemon=True) for w in writers]
         for thread in threads:
             thread.start()
@@ -168,18 +245,28 @@ def _grow_and_shrink(
                     sa.select(turns.c.session_id, turns.c.idempotency_key)
                 )
             )
+            lost = sorted(Counter(p for w in writers for p in w.acknowledged) - stored)
+            shard_of = {
+                session: int(connection.execute(_SHARD_OF, {"session_id": session}).scalar_one())
+                for session, _ in lost
+            }
     left_tables = [
         name
         for (name,) in rows(running.url(removed), "SELECT relname FROM pg_class")
         if SHARD_TABLE.match(str(name))
     ]
     outcome = _check(writers, stored, layout, f"{removed.host}:{removed.port}", left_tables, steps)
-    lost = sorted(Counter(p for w in writers for p in w.acknowledged) - stored)
     when = {key: moment for w in writers for key, moment in w.when.items()}
     if lost:
-        outcome.figures["lost turns acknowledged at"] = ", ".join(
-            f"{key} +{when[key] - started:.1f} s" for _, key in lost[:10]
+        outcome.figures["lost turns (first 10)"] = ", ".join(
+            f"{key} (shard {shard_of[session]}) saved +{when[key][0] - started:.2f} s to "
+            f"+{when[key][1] - started:.2f} s"
+            for session, key in lost[:10]
         )
+        outcome.figures["moves of their shards"] = "; ".join(
+            moves.describe(shard, started) for shard in sorted(set(shard_of.values()))
+        )
+    outcome.figures["moves seen"] = str(len(moves.seen))
     return outcome
 
 
@@ -235,6 +322,17 @@ def _check(
     return Outcome(checks, figures)
 
 
+def _without_commit_check() -> None:
+    """``db citus``'s checks without the refusal of asynchronous commits on a worker (the
+    functions of :mod:`nodes` look ``problems`` up when they run)."""
+    checked = nodes.problems
+
+    def problems(store: Store | StoreCore) -> list[str]:
+        return [p for p in checked(store) if "synchronous_commit = off" not in p]
+
+    nodes.problems = problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--writers", type=int, default=4, help="Writer threads.")
@@ -248,14 +346,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=int, default=420, help="Give up (exit 2) after this many seconds."
     )
+    add_node_settings(parser)
+    parser.add_argument("--logs", type=Path, help="Keep the nodes' server logs in this folder.")
+    parser.add_argument(
+        "--no-commit-check",
+        action="store_true",
+        help="Move shards off workers that commit asynchronously (zerda_store refuses to).",
+    )
     args = parser.parse_args(argv)
+    if args.no_commit_check:
+        _without_commit_check()
     # A time limit or ^C still stops the cluster (cluster()'s finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGALRM, lambda *_: sys.exit("elastic harness: timed out"))
     signal.alarm(args.timeout)
     logging.getLogger("zerda_store").setLevel(logging.ERROR)
     try:
-        outcome = run(args.writers, args.sessions, args.settle, args.pause)
+        outcome = run(
+            args.writers, args.sessions, args.settle, args.pause, args.node_setting, args.logs
+        )
     except (ClusterError, StoreError) as exc:
         print(f"elastic harness: {exc}", file=sys.stderr)
         return 2

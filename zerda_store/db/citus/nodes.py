@@ -7,6 +7,11 @@ behind and checks what they need first:
 - every node runs with ``wal_level = logical``, so the rebalancer moves shards by logical
   replication (``shard_transfer_mode => 'auto'``): writes to a moving shard group pause
   only for its last catch-up, where ``block_writes`` stops them for the whole copy;
+- no worker commits asynchronously (``synchronous_commit = off``): a move's last catch-up
+  waits for the new copy to reach the source's WAL write position
+  (``pg_current_wal_lsn()``), which an asynchronous commit may not have reached yet; the
+  move then switches to the new copy without that commit's rows, and drops the old copy
+  later with them;
 - a rebalance (``citus_rebalance_start``) runs as Citus's background job, whose progress
   is read from ``citus_rebalance_status()`` until it finishes or fails; then the copies
   its moves left on the source workers are dropped (they hold the moved sessions' rows,
@@ -56,9 +61,10 @@ _NODES = sa.text(
     ORDER BY n.groupid
     """
 )
-_WAL_LEVELS = sa.text(
+# A setting as every worker has it (for the role and database of the connection).
+_ON_WORKERS = sa.text(
     "SELECT nodename || ':' || nodeport AS node, result "
-    "FROM run_command_on_workers('SHOW wal_level')"
+    "FROM run_command_on_workers(CAST(:command AS text))"
 )
 _STATUS = sa.text(
     "SELECT state, details FROM citus_rebalance_status() WHERE job_id = :job_id"
@@ -139,8 +145,9 @@ def nodes(store: StoreCore) -> list[Node]:
 
 @takes_store
 def problems(store: StoreCore) -> list[str]:
-    """What stops moving shards without blocking writes: the tables not distributed, a
-    node whose ``wal_level`` is not ``logical``, a rebalance running already."""
+    """What stops moving shards without blocking writes or losing any: the tables not
+    distributed, a node whose ``wal_level`` is not ``logical``, a worker that commits
+    asynchronously, a rebalance running already."""
     found = []
     with store.connect() as connection:
         _require_citus(store, connection)
@@ -149,12 +156,21 @@ def problems(store: StoreCore) -> list[str]:
                 "zerda_store's tables are not distributed: run `zerda-store db distribute`"
             )
         levels = [("coordinator", connection.exec_driver_sql("SHOW wal_level").scalar())]
-        levels += [(row.node, row.result) for row in connection.execute(_WAL_LEVELS)]
+        levels += _on_workers(connection, "wal_level")
         found += [
             f"{node} runs with wal_level = {level}: set wal_level = logical in its "
             "postgresql.conf and restart it (shards move by logical replication)"
             for node, level in levels
             if level != "logical"
+        ]
+        found += [
+            f"{node} runs with synchronous_commit = off: a shard move off it can lose "
+            "writes committed there just before its switch (Citus waits only for the WAL "
+            "already written, docs/citus.md); run ALTER SYSTEM SET synchronous_commit = on "
+            "and SELECT pg_reload_conf() there (no restart), and reset it where a role or "
+            "database sets it"
+            for node, mode in _on_workers(connection, "synchronous_commit")
+            if mode == "off"
         ]
         running = connection.execute(_RUNNING_JOB).scalar()
         if running is not None:
@@ -290,6 +306,12 @@ def _wait(connection: Connection, job_id: int, say: Say, poll: float) -> Progres
                 "(a stuck rebalance)"
             )
         time.sleep(poll)
+
+
+def _on_workers(connection: Connection, setting: str) -> list[tuple[str, str]]:
+    """``SHOW setting`` on every worker: (``HOST:PORT``, its value) each."""
+    found = connection.execute(_ON_WORKERS, {"command": f"SHOW {setting}"})
+    return [(row.node, row.result) for row in found]
 
 
 def _node(store: StoreCore, host: str, port: int) -> Node:
