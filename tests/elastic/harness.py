@@ -53,6 +53,8 @@ from zerda_store.errors import StoreError
 
 NAMES = ("Alice Harper", "Bilal Haddad")
 SLOW_CALL = 1.0
+# The exit status of a run whose only failed check is a call over SLOW_CALL.
+SLOW_ONLY = 3
 P = ParamSpec("P")
 T = TypeVar("T")
 SHARD_TABLE = re.compile(rf"^({'|'.join(distribution.DISTRIBUTED_TABLES)})_\d+$")
@@ -374,7 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
     passed = sum(outcome.checks.values())
     print(f"elastic: {passed} passed, {len(outcome.checks) - passed} failed")
-    return 0 if passed == len(outcome.checks) else 1
+    failed = [name for name, ok in outcome.checks.items() if not ok]
+    if not failed:
+        return 0
+    # Only too slow a call (Citus's catch-up sleeps a whole second when its first poll
+    # misses; docs/citus.md): 3, so that CI can tell it from a lost or doubled turn.
+    return SLOW_ONLY if failed == [f"no call took over {SLOW_CALL:g} s"] else 1
 
 
 if __name__ == "__main__":
