@@ -158,6 +158,7 @@ def _never_reuse_restorable_ids() -> None:
 
 
 def _sqlite(composite: bool) -> None:
+    counted = _counters()
     op.execute("DROP VIEW entity_snippets")
     op.execute("DROP VIEW entity_overview")
     if composite:
@@ -190,8 +191,37 @@ def _sqlite(composite: bool) -> None:
             kwargs = _kwargs(table, composite)
             with op.batch_alter_table(table, recreate="always", table_kwargs=kwargs) as batch:
                 batch.drop_constraint(f"uq_{table}_session_id_id", type_="unique")
+    _count_on_from(counted)
     op.execute(ENTITY_OVERVIEW)
     op.execute(ENTITY_SNIPPETS)
+
+
+def _counters() -> dict[str, int]:
+    """SQLite: the highest id each AUTOINCREMENT table has given (``sqlite_sequence``)."""
+    rows = op.get_bind().exec_driver_sql("SELECT name, seq FROM sqlite_sequence").fetchall()
+    return {name: int(seq) for name, seq in rows if seq is not None}
+
+
+def _count_on_from(counted: dict[str, int]) -> None:
+    """SQLite: a table rebuilt in batch mode counts its ids on from the highest row left,
+    so a deleted newest row's id would be given again; each AUTOINCREMENT table counts on
+    from where it had counted before the rebuild (revision 0004's rule)."""
+    bind = op.get_bind()
+    for table, seq in counted.items():
+        definition = bind.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).scalar()
+        if definition is None or "AUTOINCREMENT" not in definition.upper():
+            continue
+        now = bind.exec_driver_sql(
+            "SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)
+        ).scalar()
+        if now is None:
+            bind.exec_driver_sql(
+                "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, seq)
+            )
+        elif now < seq:
+            bind.exec_driver_sql("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (seq, table))
 
 
 # The indexes of the foreign keys by session: (column, session_id), which the cascades'
