@@ -30,7 +30,6 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from zerda_store import ConversationEntityMemory, Store, migrate
-from zerda_store.db.citus import distribution
 
 from .databases import POSTGRES_ADMIN_URL, Database
 from .turns import SESSION, ZerdaTurns, _blocks, _timed_block
@@ -89,7 +88,7 @@ def citus_database(coordinator_url: str) -> Iterator[Database]:
         _run(url.set(database=name), *calls)
         database = _at_head(url.set(database=name))
         with Store(database.url) as store:
-            distribution.distribute(store)
+            migrate.distribute(store)
         yield database
     finally:
         for node in node_urls:

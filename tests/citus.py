@@ -23,7 +23,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from zerda_store import Store, migrate
-from zerda_store.db.citus import distribution
 
 CITUS_URL = os.environ.get("ZERDA_TEST_CITUS_URL")
 SHARDS = 4
@@ -126,7 +125,7 @@ class Cluster:
             _run(self.coordinator, f'ALTER DATABASE "{name}" SET citus.shard_count = {SHARDS}')
             with Store(self.url_of(name)) as store:
                 migrate.upgrade(store)
-                distribution.distribute(store)
+                migrate.distribute(store)
         # A template takes no connections: Citus's own (its maintenance daemon, the cached
         # connections between the nodes) would stop the copies.
         for node in self.nodes:

@@ -13,9 +13,8 @@ below them.
 
 from __future__ import annotations
 
+from .db.citus import distribution
 from .db.citus import nodes as cluster
-from .db.citus.distribution import distribute
-from .db.citus.distribution import plan as distribution_plan
 from .db.migration.drift import describe as describe_differences
 from .db.migration.lock import locked_connection
 from .db.migration.merge_report import mark_reported as mark_merges_reported
@@ -39,7 +38,9 @@ from .db.migration.migrate import (
 from .db.migration.roles import grant
 from .db.migration.roles import plan as grant_plan
 from .db.migration.survey import Survey, survey, upgrade_command
+from .db.store import Store
 from .identity.rekeying import Rekeying, SessionRekeyed
+from .turns.delegated import definitions
 
 __all__ = [
     "Rekeying",
@@ -71,3 +72,15 @@ __all__ = [
     "upgrade",
     "upgrade_command",
 ]
+
+
+def distribution_plan(store: Store) -> distribution.Plan:
+    """What ``db distribute`` would run on ``store``, and what stops it (nothing changed)."""
+    return distribution.plan(store, definitions)
+
+
+def distribute(store: Store) -> distribution.Plan:
+    """Distribute the tables by session (co-located), the small ones as reference tables,
+    and (again on every run) create the functions Citus runs on the shards' workers
+    (:mod:`turns.delegated`). See :func:`db.citus.distribution.distribute`."""
+    return distribution.distribute(store, definitions)

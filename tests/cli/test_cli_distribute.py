@@ -29,7 +29,7 @@ PLAN = [
     "SELECT create_distributed_table('identity_judgements', 'session_id', colocate_with => 'turns')",
 ]
 
-# Citus's two functions, as stand-ins that record their calls.
+# Citus's three functions, as stand-ins that record their calls.
 STAND_INS = """
 CREATE TABLE citus_calls (n serial PRIMARY KEY, call text NOT NULL);
 CREATE FUNCTION create_reference_table(t regclass) RETURNS void LANGUAGE sql
@@ -38,7 +38,22 @@ CREATE FUNCTION create_distributed_table(t regclass, c text, colocate_with text 
   RETURNS void LANGUAGE sql
   AS $$ INSERT INTO citus_calls (call) VALUES ('distributed ' || t::text || ' ' || c || ' '
         || colocate_with) $$;
+CREATE FUNCTION create_distributed_function(
+    f regprocedure, arg text, colocate_with text, force_delegation boolean
+  ) RETURNS void LANGUAGE sql
+  AS $$ INSERT INTO citus_calls (call) VALUES ('function ' || f::regproc::text || ' ' || arg
+        || ' ' || colocate_with || ' ' || force_delegation::text) $$;
 """
+# What the functions' statements print in a dry run, and the calls they make.
+FUNCTION_LINES = [
+    f"-- CREATE OR REPLACE FUNCTION public.{name}( ..."
+    for name in ("zerda_save_turn_v1", "zerda_recall_v1", "zerda_session_lock_v1")
+]
+FUNCTION_CALLS = [
+    "function zerda_save_turn_v1 p_session_id turns false",
+    "function zerda_recall_v1 p_session_id turns false",
+    "function zerda_session_lock_v1 p_session_id turns true",
+]
 
 
 def test_the_plan_references_the_policies_then_distributes_parents_first() -> None:
@@ -145,6 +160,7 @@ def test_with_citus_and_the_rules_followed_it_runs_the_plan_in_order(
         "distributed entity_merges session_id turns",
         "distributed session_key_rules session_id turns",
         "distributed identity_judgements session_id turns",
+        *FUNCTION_CALLS,
     ]
 
 
@@ -167,7 +183,10 @@ def test_with_citus_and_the_rules_followed_the_dry_run_exits_0_and_runs_nothing(
 
     lines = succeeded(invoke(postgres_url, "db", "distribute", "--dry-run")).stdout.splitlines()
 
-    assert lines == [f"{statement};" for statement in PLAN]
+    assert lines[: len(PLAN) + 3] == [f"{statement};" for statement in PLAN] + FUNCTION_LINES
+    assert [line.split("(", 1)[0] for line in lines[len(PLAN) + 3 :]] == [
+        "SELECT create_distributed_function"
+    ] * 3
     assert _calls(postgres_url) == []
 
 
@@ -185,6 +204,11 @@ def test_with_citus_the_run_in_json_says_what_ran(
         "ran": True,
         "statements": PLAN,
         "already_distributed": [],
+        "functions": [
+            "public.zerda_save_turn_v1",
+            "public.zerda_recall_v1",
+            "public.zerda_session_lock_v1",
+        ],
         "blockers": [],
     }
-    assert len(_calls(postgres_url)) == len(PLAN)
+    assert _calls(postgres_url)[len(PLAN) :] == FUNCTION_CALLS

@@ -20,6 +20,7 @@ from zerda_store.db.citus.distribution import DISTRIBUTED_TABLES, REFERENCE_TABL
 pytestmark = pytest.mark.citus
 
 EVERY_TABLE = (*REFERENCE_TABLES, *DISTRIBUTED_TABLES)
+FUNCTIONS = ("zerda_save_turn_v1", "zerda_recall_v1", "zerda_session_lock_v1")
 
 
 @pytest.fixture
@@ -64,11 +65,17 @@ def test_a_second_distribute_says_what_is_distributed_and_changes_nothing(
         distribution.distribute(store)
     before = citus_layout(empty_citus_url)
     dry = succeeded(invoke(empty_citus_url, "db", "distribute", "--dry-run")).stdout
-    assert dry.splitlines() == [f"-- already distributed: {table}" for table in EVERY_TABLE]
+    assert dry.splitlines() == [
+        *(f"-- already distributed: {table}" for table in EVERY_TABLE),
+        *(f"-- CREATE OR REPLACE FUNCTION public.{name}( ..." for name in FUNCTIONS),
+        *(line for line in dry.splitlines() if "create_distributed_function" in line),
+    ]
+    assert len([line for line in dry.splitlines() if "create_distributed_function" in line]) == 3
     again = succeeded(invoke(empty_citus_url, "db", "distribute")).stdout.splitlines()
     assert again == [
         *(f"already distributed: {table}" for table in EVERY_TABLE),
-        "every table is distributed already: nothing ran",
+        *(f"created and distributed: public.{name}" for name in FUNCTIONS),
+        "every table is distributed already: the functions were created again",
     ]
     answer = json.loads(succeeded(invoke(empty_citus_url, "db", "distribute", "--json")).stdout)
     assert answer == {
@@ -76,6 +83,7 @@ def test_a_second_distribute_says_what_is_distributed_and_changes_nothing(
         "ran": False,
         "statements": [],
         "already_distributed": list(EVERY_TABLE),
+        "functions": [f"public.{name}" for name in FUNCTIONS],
         "blockers": [],
     }
     assert citus_layout(empty_citus_url) == before

@@ -5,11 +5,15 @@ distributed table filtered by ``session_id = $n`` once takes the fast-path route
 ("... for a fast-path router query": its plan is cached when prepared and its shard chosen
 at execution); an ``INSERT ... VALUES`` is routed by its values without planning the rest;
 anything else (a join, a ``UNION ALL``, a CTE, a ``LATERAL``) goes through the full router
-planner: planned on the coordinator, deparsed, and planned again on the worker.
+planner: planned on the coordinator, deparsed, and planned again on the worker. A call of a
+distributed function whose session argument is known is sent whole to the worker that holds
+the session's shard ("pushing down the function call").
 
-The test pins the statements that still take the full router planner, so that a hot
-statement that leaves the fast path fails it, and one that joins it is noticed (the list
-below shrinks; docs/citus.md, Cost)."""
+A save and a recall are each one such call (``turns.delegated``); inside the functions, on
+the worker, every statement on a distributed table takes the fast path or is an ``INSERT
+... VALUES``. The tests fail when a hot statement leaves either (docs/citus.md, Cost).
+
+"""
 
 from __future__ import annotations
 
@@ -27,13 +31,8 @@ pytestmark = pytest.mark.citus
 
 NAMES = ("Sarah Chen", "Acme Corp", "Berlin")
 FAST_PATH = "for a fast-path router query"
-# The hot statements that take the full router planner today, by how they begin: the
-# save's read of the candidates a name may join (entities UNION ALL aliases), and the
-# recall (a CTE of the candidates, UNION ALL, the snippets through a LATERAL join).
-FULL_ROUTER = {
-    "save": ["SELECT entities.name_key AS entity_key"],
-    "recall": ["WITH candidates AS"],
-}
+DELEGATED = "pushing down the function call"
+ROUTER_PLAN = "Creating router plan"
 
 
 @pytest.fixture
@@ -70,8 +69,10 @@ class Planning:
 
 
 def planner(statement: str, messages: list[str]) -> str:
-    """ "fast path", "insert" (routed by its values), "local" (no distributed table), or
-    "router" (the full router planner)."""
+    """ "delegated" (a function call sent whole to a worker), "fast path", "insert" (routed
+    by its values), "local" (no distributed table), or "router" (the full router planner)."""
+    if any(DELEGATED in message for message in messages):
+        return "delegated"
     if any(FAST_PATH in message for message in messages):
         return "fast path"
     if statement.startswith("INSERT INTO") and " SELECT " not in statement:
@@ -81,17 +82,7 @@ def planner(statement: str, messages: list[str]) -> str:
     return "router"
 
 
-def routed_in_full(taken: list[tuple[str, list[str]]], known: list[str]) -> list[str]:
-    """The statements the full router planner planned, each as the known beginning it
-    has (or whole, if it has none)."""
-    found = []
-    for statement, messages in taken:
-        if planner(statement, messages) == "router":
-            found.append(next((k for k in known if statement.startswith(k)), statement))
-    return found
-
-
-def test_hot_statements_take_the_fast_path_but_the_known_router_reads(url: str) -> None:
+def test_a_save_and_a_recall_are_each_one_call_run_on_the_sessions_worker(url: str) -> None:
     with Store(url) as store:
         planning = Planning(store)
         memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="acme", store=store)
@@ -107,8 +98,54 @@ def test_hot_statements_take_the_fast_path_but_the_known_router_reads(url: str) 
         memory.close()
 
     assert "Sarah Chen" in recalled[memory.memory_key]
-    kinds = [planner(statement, messages) for statement, messages in saved]
-    assert kinds.count("insert") == 4  # the turn, its entities, its snippets, its ledger row
-    assert "fast path" in kinds  # the idempotency key's check
-    assert routed_in_full(saved, FULL_ROUTER["save"]) == FULL_ROUTER["save"]
-    assert routed_in_full(recall, FULL_ROUTER["recall"]) == FULL_ROUTER["recall"]
+    kinds = {statement: planner(statement, messages) for statement, messages in saved}
+    calls = [statement for statement, kind in kinds.items() if kind == "delegated"]
+    assert len(calls) == 1 and "zerda_save_turn_v1(" in calls[0]
+    assert set(kinds.values()) <= {"delegated", "fast path", "local"}  # the key's check
+    [(statement, messages)] = [taken for taken in recall if planner(*taken) != "local"]
+    assert "zerda_recall_v1(" in statement
+    assert planner(statement, messages) == "delegated"
+
+
+def test_inside_the_functions_every_statement_is_planned_for_one_shard(
+    url: str, citus_cluster: Cluster
+) -> None:
+    """Each function run on the worker that holds the session's shard, as Citus runs a
+    delegated call there: the save's two reads and the recall's each take the fast path,
+    its four writes are ``INSERT ... VALUES``; nothing is planned in parts."""
+    with Store(url) as store:
+        memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="acme", store=store)
+        memory.save_context({"input": "Sarah Chen of Acme Corp"}, {"output": "Hello"})
+        with store.connect() as connection:
+            port = connection.execute(
+                sa.text(
+                    "SELECT nodeport FROM citus_shards WHERE table_name = 'turns'::regclass "
+                    "AND shardid = get_shard_id_for_distribution_column('turns', 'acme')"
+                )
+            ).scalar_one()
+        memory.close()
+    worker = sa.make_url(url).set(port=port, drivername="postgresql")
+    messages: list[str] = []
+    with psycopg.connect(worker.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+        conn.execute("SET client_min_messages = debug2")
+        conn.execute(
+            "SELECT * FROM zerda_save_turn_v1('acme', 'Acme Corp and Berlin', 'ok', "
+            "'[\"Acme Corp\", \"Berlin\"]'::json, 9.0, NULL, 'llm', 'ok', NULL, 1.0, 2, 1, "
+            "9.0, ARRAY['acme corp', 'berlin'], ARRAY['acme', 'berlin'], "
+            "ARRAY['Acme Corp', 'Berlin'], ARRAY['ORG', 'LOC'], ARRAY[0, 1], "
+            "'Acme Corp and Berlin', 9.0, 9001, ARRAY[9002, 9003], ARRAY[9004, 9005], 9006)"
+        ).fetchall()
+        save, messages[:] = list(messages), []
+        rows = conn.execute(
+            "SELECT * FROM zerda_recall_v1('acme', ARRAY['acme corp', 'berlin'], 3)"
+        ).fetchall()
+        recall = list(messages)
+
+    assert {row[3] for row in rows if row[5] is not None} >= {"Acme Corp and Berlin"}
+    allowed = {"not pushing down function to the same node", ROUTER_PLAN}
+    planned = [m for m in save if m not in allowed and "single distribution column" not in m]
+    assert sum(m == ROUTER_PLAN for m in save) == 6  # two reads, four inserts
+    assert planned == ["Deferred pruning " + FAST_PATH] * 2
+    assert sum(m == ROUTER_PLAN for m in recall) == 4  # candidates, aliases, two entities'
+    assert [m for m in recall if m not in allowed] == ["Deferred pruning " + FAST_PATH] * 4

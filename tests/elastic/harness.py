@@ -204,7 +204,7 @@ def run(
         url = running.url()
         with Store(url) as admin:
             migrate.upgrade(admin)
-            distribution.distribute(admin)
+            migrate.distribute(admin)
         ready = time.monotonic()
         outcome = _grow_and_shrink(running, url, writers, sessions, settle, pause)
         outcome.figures["cluster set up in"] = f"{ready - started:.1f} s"

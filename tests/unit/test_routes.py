@@ -11,8 +11,8 @@ import pytest
 from zerda_store.db.routes import OneTrip, Route, Routes, Save
 
 
-def _store(dialect: str, distributed: bool | None) -> Any:
-    sharding = SimpleNamespace(distributed=distributed)
+def _store(dialect: str, distributed: bool | None, delegated: bool = False) -> Any:
+    sharding = SimpleNamespace(distributed=distributed, delegated=delegated)
     return SimpleNamespace(dialect=dialect, statements=lambda _factory: sharding)
 
 
@@ -20,25 +20,27 @@ def _save(*, one_trip: bool) -> Save[None]:
     def unit(_routed: bool) -> Any:
         return lambda _transaction: None
 
-    trip = (lambda: OneTrip(None, {}, lambda _rows: (True, None))) if one_trip else None
+    trip = (lambda _delegated: OneTrip(None, {}, lambda _rows: (True, None))) if one_trip else None
     return Save("s", unit, trip)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
-    ("dialect", "distributed", "one_trip", "route"),
+    ("dialect", "distributed", "delegated", "one_trip", "route"),
     [
-        ("sqlite", False, True, Route.UNIT_OF_WORK),
-        ("sqlite", False, False, Route.UNIT_OF_WORK),
-        ("postgresql", False, True, Route.ONE_TRIP),
-        ("postgresql", False, False, Route.UNIT_OF_WORK),
-        ("postgresql", True, True, Route.ROUTED),
-        ("postgresql", True, False, Route.ROUTED),
+        ("sqlite", False, False, True, Route.UNIT_OF_WORK),
+        ("sqlite", False, False, False, Route.UNIT_OF_WORK),
+        ("postgresql", False, False, True, Route.ONE_TRIP),
+        ("postgresql", False, False, False, Route.UNIT_OF_WORK),
+        ("postgresql", True, False, True, Route.ROUTED),  # distributed before the functions
+        ("postgresql", True, False, False, Route.ROUTED),
+        ("postgresql", True, True, True, Route.DELEGATED),
+        ("postgresql", True, True, False, Route.ROUTED),  # a save of many turns
     ],
 )
 def test_each_store_sends_a_save_by_its_own_route(
-    dialect: str, distributed: bool, one_trip: bool, route: Route
+    dialect: str, distributed: bool, delegated: bool, one_trip: bool, route: Route
 ) -> None:
-    routes = Routes(_store(dialect, distributed))
+    routes = Routes(_store(dialect, distributed, delegated))
 
     assert routes.route(_save(one_trip=one_trip)) is route
     assert routes.route(_save(one_trip=one_trip), may_read=False) is route

@@ -26,7 +26,9 @@ from .common import SESSION_ID, Context, json_option, plural, print_text
 def distribute(obj: Context, dry_run: bool, as_json: bool) -> None:
     """Distribute the tables by session_id with Citus (needs the citus extension). The dry
     run prints the statements and exits 1 if anything blocks them. --json prints
-    {"dry_run", "ran", "statements", "already_distributed", "blockers"}; a run that is
+    {"dry_run", "ran", "statements", "already_distributed", "functions", "blockers"}
+    ("functions": the functions a save, a recall and the session's lock run as on the
+    shards' workers, created again on every run); a run that is
     blocked changes nothing and is refused in one line (the dry run lists every blocker)."""
     from .. import migrate
 
@@ -42,6 +44,7 @@ def distribute(obj: Context, dry_run: bool, as_json: bool) -> None:
                     "ran": not dry_run and bool(plan.statements),
                     "statements": plan.statements,
                     "already_distributed": plan.done,
+                    "functions": function_names(plan.functions),
                     "blockers": plan.blockers,
                 }
             )
@@ -51,6 +54,9 @@ def distribute(obj: Context, dry_run: bool, as_json: bool) -> None:
             print_text(f"-- already distributed: {table}")
         for statement in plan.statements:
             print_text(f"{statement};")
+        for statement in plan.functions:  # a function's body is long: its first line
+            first = statement.splitlines()[0]
+            print_text(f"-- {first} ..." if first.startswith("CREATE") else f"{statement};")
         for blocker in plan.blockers:
             print_text(f"-- blocked: {blocker}")
     else:
@@ -58,11 +64,14 @@ def distribute(obj: Context, dry_run: bool, as_json: bool) -> None:
             print_text(f"already distributed: {table}")
         for statement in plan.statements:
             print_text(f"ran: {statement}")
-        click.echo(
-            "tables distributed by session_id"
-            if plan.statements
-            else "every table is distributed already: nothing ran"
-        )
+        for name in function_names(plan.functions):
+            print_text(f"created and distributed: {name}")
+        if plan.statements:
+            click.echo("tables distributed by session_id")
+        elif plan.functions:
+            click.echo("every table is distributed already: the functions were created again")
+        else:
+            click.echo("every table is distributed already: nothing ran")
     if plan.blockers:  # a deploy script's dry run must fail while the real one would
         raise click.ClickException(
             f"db distribute is blocked ({plural(len(plan.blockers), 'blocker')} "
@@ -229,3 +238,13 @@ def grant(
         click.echo(
             f"granted on schema {done.schema} (owner {done.owner}) to {' and '.join(granted)}"
         )
+
+
+def function_names(statements: list[str]) -> list[str]:
+    """The functions ``db distribute`` creates, by name, from their statements."""
+    return [
+        line.split("FUNCTION ", 1)[1].split("(", 1)[0]
+        for statement in statements
+        for line in statement.splitlines()[:1]
+        if line.startswith("CREATE OR REPLACE FUNCTION ")
+    ]

@@ -9,8 +9,14 @@ is sent, from what they know of the store:
   and the statement in one pipeline (:mod:`execution.pipeline`); when that statement finds
   names to resolve it writes nothing and the unit of work follows. Any other save is the
   unit of work, its session's lock first;
-- Postgres whose tables Citus distributes (:mod:`sharding`, read once per store): the unit
-  of work, every statement routed whole to the session's shard (inserts as ``VALUES``).
+- Postgres whose tables Citus distributes (:mod:`sharding`, read once per store): a save
+  that may be one statement is one call of a function that Citus runs on the worker that
+  holds the session's shard (``turns.delegated``: one hop from the coordinator; the call is
+  the pipeline's only statement, outside any transaction block, as Citus delegates it),
+  which takes the session's lock there; when it finds names to resolve it writes nothing
+  and the unit of work follows. Any other save, and every save where ``db distribute`` has
+  not made the functions, is the unit of work, every statement routed whole to the
+  session's shard (inserts as ``VALUES``).
 
 :meth:`Routes.save` and :meth:`Routes.asave` run the same steps in the same order: the
 route chosen, the store checked writable, the one trip (if chosen), then the unit of work
@@ -47,28 +53,37 @@ class Route(enum.Enum):
     ONE_TRIP = "one trip"  # Postgres: the session's lock and one statement, one pipeline
     UNIT_OF_WORK = "unit of work"  # BEGIN (IMMEDIATE on SQLite), the statements, COMMIT
     ROUTED = "routed"  # Citus: the unit of work, each statement routed to the session's shard
+    DELEGATED = "delegated"  # Citus: one call run on the session's worker, which locks there
 
 
 class OneTrip(Generic[T]):
     """A save written as one statement: the statement, its values, and what its rows say,
     ``(True, value)`` once stored, ``(False, _)`` when it wrote nothing and the unit of
-    work must follow."""
+    work must follow. ``first``: a statement (and its values) sent before it, in a trip of
+    its own, whose one row's columns join the values (Citus: the ids the coordinator's
+    sequences give, for a save run on a worker)."""
 
-    __slots__ = ("outcome", "statement", "values")
+    __slots__ = ("first", "outcome", "statement", "values")
 
     def __init__(
-        self, statement: Runnable, values: Any, outcome: Callable[[list[Any]], tuple[bool, T]]
+        self,
+        statement: Runnable,
+        values: dict[str, Any],
+        outcome: Callable[[list[Any]], tuple[bool, T]],
+        first: tuple[Runnable, Any] | None = None,
     ) -> None:
         self.statement = statement
         self.values = values
         self.outcome = outcome
+        self.first = first
 
 
 class Save(Generic[T]):
     """What a save writes: its session (whose lock it takes shared); ``unit(routed)``, its
     unit of work, built when needed (``routed``: every statement must be one Citus routes
-    whole to the session's shard); and ``one_trip()``, the one statement it may be written
-    as instead (None: it may not), built only where that route is taken."""
+    whole to the session's shard); and ``one_trip(delegated)``, the one statement it may be
+    written as instead (None: it may not), built only where that route is taken
+    (``delegated``: the call of the function Citus runs on the session's worker)."""
 
     __slots__ = ("one_trip", "session_id", "unit")
 
@@ -76,7 +91,7 @@ class Save(Generic[T]):
         self,
         session_id: str,
         unit: Callable[[bool], Callable[[Transaction], T]],
-        one_trip: Callable[[], OneTrip[T]] | None = None,
+        one_trip: Callable[[bool], OneTrip[T]] | None = None,
     ) -> None:
         self.session_id = session_id
         self.unit = unit
@@ -104,6 +119,8 @@ class Routes:
                 return None
             spread = distributed(self.store)
         if spread:
+            if save.one_trip is not None and self._sharding.delegated:
+                return Route.DELEGATED
             return Route.ROUTED
         if self._postgres and save.one_trip is not None:
             return Route.ONE_TRIP
@@ -114,17 +131,21 @@ class Routes:
         spread = self._sharding.distributed
         return distributed(self.store) if spread is None else spread
 
+    def delegated(self) -> bool:
+        """Whether the recall is one call of a function Citus runs on the session's worker."""
+        return self.routed() and self._sharding.delegated
+
     # -- saves ----------------------------------------------------------------------------
 
     def save(self, save: Save[T]) -> T:
         """Write ``save`` by its route (see the module); each route checks the store is
         writable before it sends anything."""
         route = self.route(save)
-        if route is Route.ONE_TRIP:
-            stored, value = self._pipelined(self._trip(save))
+        if route is Route.ONE_TRIP or route is Route.DELEGATED:
+            stored, value = self._pipelined(self._trip(save, route))
             if stored:
                 return value
-            route = Route.UNIT_OF_WORK
+            route = Route.ROUTED if route is Route.DELEGATED else Route.UNIT_OF_WORK
         return self.store.write(save.unit(route is Route.ROUTED), SessionLock(save.session_id))
 
     async def asave(self, save: Save[T]) -> T:
@@ -134,7 +155,7 @@ class Routes:
         store.check_writable()  # the event loop's one trip checks nothing itself
         trip = None
         if route is Route.ONE_TRIP:
-            trip = self._trip(save)
+            trip = self._trip(save, route)
             steps, one_trip = trip
             rows = await loop_writes.write(store, steps, _stored(one_trip))
             if not isinstance(rows, loop_writes.NotSent):
@@ -142,7 +163,7 @@ class Routes:
                 if stored:
                     return value
                 return await store.awrite(save.unit(False), SessionLock(save.session_id))
-        elif route is not None:
+        elif route is not None and route is not Route.DELEGATED:
             routed = route is Route.ROUTED
             return await store.awrite(save.unit(routed), SessionLock(save.session_id))
         # On a database thread, one hop: the route chosen (it may read, once a store), the
@@ -152,21 +173,29 @@ class Routes:
         def first(before_send: Callable[[], None]) -> tuple[bool, T]:
             nonlocal chosen
             chosen = self.route(save)
-            if chosen is not Route.ONE_TRIP:
+            if chosen is not Route.ONE_TRIP and chosen is not Route.DELEGATED:
                 return False, None  # type: ignore[return-value]
             before_send()  # a cancellation until here stops the save
-            return self._pipelined(trip or self._trip(save))
+            return self._pipelined(trip or self._trip(save, chosen))
 
         def then() -> tuple[Callable[[Transaction], T], SessionLock]:
-            return save.unit(chosen is Route.ROUTED), SessionLock(save.session_id)
+            routed = chosen is Route.ROUTED or chosen is Route.DELEGATED
+            return save.unit(routed), SessionLock(save.session_id)
 
         return await store.awrite_in_one_trip(first, then)
 
-    def _trip(self, save: Save[T]) -> tuple[list[tuple[Runnable, Any]], OneTrip[T]]:
+    def _trip(self, save: Save[T], route: Route) -> tuple[list[tuple[Runnable, Any]], OneTrip[T]]:
         """``save``'s one trip: the pipeline's steps (its session's lock, then its
-        statement), and the statement with what its rows say."""
+        statement; delegated, the call alone, which takes the lock on the worker), and the
+        statement with what its rows say."""
         assert save.one_trip is not None
-        trip = save.one_trip()
+        delegated = route is Route.DELEGATED
+        trip = save.one_trip(delegated)
+        if trip.first is not None:
+            [row] = write_pipelined(self.store, [trip.first])
+            trip.values.update(row._asdict())
+        if delegated:
+            return [(trip.statement, trip.values)], trip
         lock = self.store.statements(SessionLockStatements).shared
         steps = [(lock, {"session_id": save.session_id}), (trip.statement, trip.values)]
         return steps, trip

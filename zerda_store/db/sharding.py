@@ -13,10 +13,21 @@ uses: that module loads the migration machinery, which the save path must not.""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
-from .store import StoreCore
+if TYPE_CHECKING:
+    from .execution.unit_of_work import Database
+
+# The functions Citus runs on the worker that holds a session's shard (``turns.delegated``,
+# created by ``db distribute``): the save, the recall, and the session's lock there. The
+# version in the name changes whenever a release's functions do.
+SAVE_FUNCTION = "zerda_save_turn_v1"
+RECALL_FUNCTION = "zerda_recall_v1"
+LOCK_FUNCTION = "zerda_session_lock_v1"
+DELEGATED_FUNCTIONS = (SAVE_FUNCTION, RECALL_FUNCTION, LOCK_FUNCTION)
 
 _HAS_CATALOG = sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
 # Citus's own catalog: how each table of the current schema is distributed (if at all).
@@ -28,6 +39,14 @@ _DISTRIBUTED = sa.text(
     FROM pg_dist_partition p
     JOIN pg_class c ON c.oid = p.logicalrelid
     WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+    """
+)
+# Which of the functions are distributed, each by a session argument, in the current schema.
+_DELEGATED = sa.text(
+    """
+    SELECT p.proname FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid
+    WHERE d.classid = 'pg_proc'::regclass AND d.distribution_argument_index IS NOT NULL
+      AND p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
     """
 )
 _CITUS_VERSION = sa.text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")
@@ -53,17 +72,35 @@ def distributed_tables(connection: Connection) -> dict[str, str]:
     return found
 
 
+def delegated_functions(connection: Connection) -> bool:
+    """Whether every function of :data:`DELEGATED_FUNCTIONS` is distributed in the current
+    schema (``db distribute`` of this release has run)."""
+    found = set(connection.execute(_DELEGATED).scalars())
+    return found.issuperset(DELEGATED_FUNCTIONS)
+
+
 class Sharding:
-    """The store's answer, once read (made once per store through :meth:`Store.statements`)."""
+    """The store's answer, once read (made once per store through :meth:`Store.statements`):
+    whether its tables are distributed, and whether the saves and recalls are delegated to
+    the shards' workers (:data:`DELEGATED_FUNCTIONS` distributed)."""
 
     def __init__(self, dialect: Dialect) -> None:
         self.distributed: bool | None = None if dialect.name == "postgresql" else False
+        self.delegated = False
 
 
-def distributed(store: StoreCore) -> bool:
-    """True when the store's ``turns`` table is distributed by Citus (read once per store)."""
+def distributed(store: Database) -> bool:
+    """True when the store's ``turns`` table is distributed by Citus (read once per store,
+    with whether the functions are there, :attr:`Sharding.delegated`)."""
     sharding = store.statements(Sharding)
     if sharding.distributed is None:
         with store.connect() as connection:
-            sharding.distributed = "turns" in distributed_tables(connection)
+            spread = "turns" in distributed_tables(connection)
+            sharding.delegated = spread and delegated_functions(connection)
+        sharding.distributed = spread
     return sharding.distributed
+
+
+def delegated(store: Database) -> bool:
+    """True when the store's saves and recalls run as functions on the shards' workers."""
+    return distributed(store) and store.statements(Sharding).delegated

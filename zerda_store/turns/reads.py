@@ -22,6 +22,7 @@ from ..identity.statements import IdentityStatements
 from ..model.names import FOLD_V1, KEY_RULES, KeyRules
 from ..model.records import MENTION_CORE_KEY, MENTION_KEY, EntityRecord, Mention, SessionStats
 from ..retention.policy import Visibility
+from .delegated import DelegatedCalls
 from .history import PAGE_SIZE, TurnHistory
 from .resolving_recall import ResolvingRecall, marked_rows, resolved
 from .rows import entity_record
@@ -126,11 +127,11 @@ class Reads(TurnHistory):
             return OneStatement(None, None, lambda _rows: ([], []))
         if self._resolving.in_one_statement:
             values = ResolvingRecall.values(session_id, mentions, limit)
-            return OneStatement(
-                self._resolving.statement(aged, self.routes.routed()),
-                values,
-                partial(resolved, resolver, mentions),
-            )
+            if self.routes.delegated():  # Citus: run on the session's worker
+                statement = self.store.statements(DelegatedCalls).recall
+            else:
+                statement = self._resolving.statement(aged, self.routes.routed())
+            return OneStatement(statement, values, partial(resolved, resolver, mentions))
         # A titled form (its key is not its core's): resolve.
         titled = any(map(ne, map(MENTION_KEY, mentions), map(MENTION_CORE_KEY, mentions)))
 

@@ -23,6 +23,7 @@ from ..identity.resolution import KnownKeyRules, check_key_rules, refuse_other_r
 from ..model.names import KeyRules
 from ..model.records import NewTurn
 from .attachment import Attachment, insert_turns
+from .delegated import DelegatedCalls
 from .reads import Reads
 from .rows import new_outcome_row, new_turn_row
 from .single_trip import SingleTripSave
@@ -86,9 +87,17 @@ class Repository(Reads):
             one_trip = partial(self._one_trip, session_id, turn)
         return Save(session_id, partial(self._turn_unit, session_id, turn), one_trip)
 
-    def _one_trip(self, session_id: str, turn: NewTurn) -> OneTrip[int | None]:
-        statement = self.store.statements(SingleTripSave).statement
-        return OneTrip(statement, SingleTripSave.values(session_id, turn), one_trip_outcome)
+    def _one_trip(self, session_id: str, turn: NewTurn, delegated: bool) -> OneTrip[int | None]:
+        """The single-trip statement, or (Citus) the call of the function that runs it on
+        the session's worker (:mod:`delegated`): the same values (with the new rows' ids,
+        read first from the coordinator's sequences), the same row."""
+        values = SingleTripSave.values(session_id, turn)
+        if not delegated:
+            statement = self.store.statements(SingleTripSave).statement
+            return OneTrip(statement, values, one_trip_outcome)
+        calls = self.store.statements(DelegatedCalls)
+        ids = (calls.ids, {"count": len(turn.mentions)})
+        return OneTrip(calls.save, values, one_trip_outcome, first=ids)
 
     def _turn_unit(
         self, session_id: str, turn: NewTurn, routed: bool

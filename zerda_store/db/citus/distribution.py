@@ -12,6 +12,7 @@ while any rule is broken rather than leave a half-distributed database.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -155,12 +156,23 @@ class Plan:
     blockers: list[str]
     # The tables distributed as planned already (a second run leaves them as they are).
     done: list[str] = field(default_factory=list)
+    # The statements that (re)create and distribute the functions, run on every call, in a
+    # transaction of their own after the tables' (Citus takes no function command in a
+    # transaction that has distributed a table).
+    functions: list[str] = field(default_factory=list)
+
+
+# What makes the functions run on the shards' workers (``turns.delegated.definitions``): the
+# statements, for the connection's schema. Passed in by :mod:`zerda_store.migrate`, which
+# knows the memory's statements; the tables come first.
+Functions = Callable[[Connection], list[str]]
 
 
 @takes_store
-def plan(store: StoreCore) -> Plan:
+def plan(store: StoreCore, functions: Functions | None = None) -> Plan:
     """The statements and the blockers, without changing anything. Refused (StoreError) on
-    SQLite and on a database that is not at the head revision."""
+    SQLite and on a database that is not at the head revision. ``functions`` adds the
+    statements that (re)create and distribute the functions, run on every call."""
     if store.dialect != "postgresql":
         raise StoreError(
             "db distribute needs Postgres with the citus extension: a SQLite database "
@@ -179,6 +191,7 @@ def plan(store: StoreCore) -> Plan:
             f"{v} (see the README, Running on Citus)" for v in sorted(violations(connection))
         ]
         found = distributed_tables(connection) if installed else {}
+        created = functions(connection) if functions is not None and installed else []
     ours = (*REFERENCE_TABLES, *DISTRIBUTED_TABLES)
     done = [table for table in ours if found.get(table) == _as_planned(table)]
     blockers += [
@@ -187,23 +200,28 @@ def plan(store: StoreCore) -> Plan:
         for table in ours
         if table in found and table not in done
     ]
-    return Plan(statements(frozenset(done)), blockers, done)
+    return Plan(statements(frozenset(done)), blockers, done, created)
 
 
 @takes_store
-def distribute(store: StoreCore) -> Plan:
+def distribute(store: StoreCore, functions: Functions | None = None) -> Plan:
     """Distribute the tables not distributed yet (one transaction, under the migrations'
     lock); the plan it ran (``done``: the tables it found distributed and left alone).
     Refused, with nothing changed, when anything blocks it: the first blocker is the
     message."""
     store.check_writable()
-    found = plan(store)
+    found = plan(store, functions)
     if found.blockers:
         more = f" (and {len(found.blockers) - 1} more)" if len(found.blockers) > 1 else ""
         raise StoreError(f"cannot distribute: {found.blockers[0]}{more}")
-    with locked_connection(store) as connection:
-        for statement in found.statements:
-            connection.exec_driver_sql(statement)
+    for batch in (found.statements, found.functions):
+        if batch:
+            with locked_connection(store) as connection:
+                driver = connection.connection.driver_connection
+                assert driver is not None
+                for statement in batch:
+                    # On the driver itself: a function's body may hold a % of its own.
+                    driver.execute(statement)
     return found
 
 

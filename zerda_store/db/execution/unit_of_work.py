@@ -15,15 +15,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
 from ...telemetry import units
 from ...telemetry.operations import current as observed_operation
+from ..sharding import LOCK_FUNCTION, distributed
 from .driver import CompiledStatement, Cursor, Runnable, compile_statement, kept_cursor
 from .failures import (
     WRITE_ATTEMPTS,
@@ -52,6 +54,21 @@ class SessionLockStatements:
     def __init__(self, dialect: Dialect) -> None:
         self.shared = self._lock(dialect, sa.func.pg_advisory_xact_lock_shared)
         self.exclusive = self._lock(dialect, sa.func.pg_advisory_xact_lock)
+        # Citus: the same lock, exclusive, on the worker that holds the session's shard,
+        # where a save delegated there takes it shared (``turns.delegated``); asked for only
+        # where the function is (a database ``db distribute`` of this release has run on).
+        self.worker_lock_exists = compile_statement(
+            sa.select(sa.func.to_regprocedure(f"{LOCK_FUNCTION}(varchar, boolean)").is_not(None)),
+            dialect,
+        )
+        self.exclusive_on_worker = compile_statement(
+            sa.select(
+                getattr(sa.func, LOCK_FUNCTION)(
+                    sa.bindparam("session_id", type_=sa.String), sa.true()
+                )
+            ),
+            dialect,
+        )
 
     @staticmethod
     def _lock(dialect: Dialect, function: Any) -> CompiledStatement:
@@ -151,9 +168,15 @@ def locked(
     locks = store.statements(SessionLockStatements)
     statement = locks.exclusive if lock.exclusive else locks.shared
     values = {"session_id": lock.session_id}
+    # Citus: an exclusive lock is taken on the session's worker too, where the delegated
+    # saves take theirs (whether the function is there is asked each time: a process that
+    # read the catalog before ``db distribute`` made it must still exclude them).
+    on_worker = lock.exclusive and distributed(store)
 
     def locked_work(transaction: Transaction) -> T:
         units.locking(transaction.run, statement, values)  # its wait, when observed
+        if on_worker and transaction.run(locks.worker_lock_exists, None)[0][0]:
+            units.locking(transaction.run, locks.exclusive_on_worker, values)
         return work(transaction)
 
     return locked_work
@@ -242,6 +265,8 @@ class Database(Connections, Described, Protocol):
     def statements(self, factory: Callable[[Dialect], S]) -> S: ...
 
     def check_writable(self) -> None: ...
+
+    def connect(self) -> AbstractContextManager[Connection]: ...
 
 
 def attempt(

@@ -1,0 +1,159 @@
+"""The save and the recall run as functions on the session's worker (runs under
+``scripts/test-citus`` only): they write and read what the routed unit of work writes and
+reads, names that need resolving still resolve, and the session's lock excludes a
+delegated save as it excludes any save (``turns.delegated``)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.citus import Cluster
+from tests.doubles import KeywordLLM
+from zerda_store import ConversationEntityMemory, Store
+from zerda_store.db.sharding import Sharding, distributed
+from zerda_store.db.store import core_of
+
+pytestmark = pytest.mark.citus
+
+NAMES = ("Dr. Sarah Chen", "Sarah Chen", "Acme Corp", "Acme", "Berlin", "Bob", "Carol Diaz")
+CONVERSATION = (
+    "Sarah Chen of Acme Corp called about the renewal",
+    "Bob and Carol Diaz met Sarah Chen in Berlin",
+    "Dr. Sarah Chen asked for the Acme contract",  # a titled form: resolved by the unit of work
+    "Acme wants a discount",  # a bare core of Acme Corp: resolved too
+    "Carol Diaz and Bob again",
+    "Berlin office of Acme Corp",
+    "Sarah Chen and Bob",
+)
+QUESTIONS = ("What about Sarah Chen?", "Acme Corp and Berlin?", "Dr. Sarah Chen", "Carol Diaz")
+
+
+@pytest.fixture
+def url(citus_cluster: Cluster) -> Iterator[str]:
+    found, drop = citus_cluster.new_database(distributed=True)
+    yield found
+    drop()
+
+
+def talk(store: Store, session_id: str) -> list[Any]:
+    """The conversation saved in ``session_id``, an alias added midway, the answers to the
+    questions and the session's entities."""
+    memory = ConversationEntityMemory(
+        llm=KeywordLLM(NAMES),
+        session_id=session_id,
+        store=store,
+        clock=itertools.count(1000.0, 100.0).__next__,
+    )
+    for number, text in enumerate(CONVERSATION):
+        memory.save_context({"input": text}, {"output": "noted"}, idempotency_key=f"t{number}")
+        if number == 1:
+            memory.add_alias("Bob", "Robert")
+    memory.save_context({"input": CONVERSATION[0]}, {"output": "again"}, idempotency_key="t0")
+    answers = [memory.load_memory_variables({"input": q})[memory.memory_key] for q in QUESTIONS]
+    listed = memory.list_entities()
+    memory.close()
+    return [answers, listed]
+
+
+def session_rows(url: str, session_id: str) -> dict[str, list[tuple[Any, ...]]]:
+    """What the session holds, by content (ids read as the turns' order)."""
+    reads = {
+        "turns": "SELECT input_text, output_text, entity_names::text, created_at, "
+        "idempotency_key FROM turns WHERE session_id = :s ORDER BY id",
+        "entities": "SELECT e.name_key, e.core_key, e.name, e.entity_type, e.first_seen, "
+        "e.last_seen, (SELECT count(*) FROM turns t WHERE t.session_id = e.session_id "
+        "AND t.id <= e.first_turn_id), e.first_position FROM entities e "
+        "WHERE e.session_id = :s ORDER BY e.name_key",
+        "contexts": "SELECT e.name_key, c.text, c.created_at FROM contexts c JOIN entities e "
+        "ON e.session_id = c.session_id AND e.id = c.entity_id WHERE c.session_id = :s "
+        "ORDER BY c.turn_seq, e.name_key",
+        "extractions": "SELECT extractor, status, error, entity_count, attempts, updated_at "
+        "FROM extractions x JOIN turns t ON t.session_id = x.session_id AND t.id = x.turn_id "
+        "WHERE x.session_id = :s ORDER BY t.id",
+        "aliases": "SELECT e.name_key, a.alias, a.alias_key, a.core_key, a.source "
+        "FROM entity_aliases a JOIN entities e ON e.session_id = a.session_id "
+        "AND e.id = a.entity_id WHERE a.session_id = :s ORDER BY a.alias_key",
+    }
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return {
+                table: [tuple(row) for row in connection.execute(sa.text(sql), {"s": session_id})]
+                for table, sql in reads.items()
+            }
+    finally:
+        engine.dispose()
+
+
+def test_the_delegated_save_and_recall_match_the_routed_ones(url: str) -> None:
+    with Store(url) as delegating, Store(url) as routing:
+        assert distributed(core_of(delegating))
+        assert core_of(delegating).statements(Sharding).delegated
+        assert distributed(core_of(routing))
+        core_of(routing).statements(Sharding).delegated = False  # as before db distribute
+        by_delegation = talk(delegating, "delegated")
+        by_routes = talk(routing, "routed")
+
+    assert by_delegation == by_routes
+    assert "Sarah Chen" in by_delegation[0][0]
+    assert session_rows(url, "delegated") == session_rows(url, "routed")
+
+
+def test_an_exclusive_lock_waits_for_a_delegated_save_and_a_save_for_it(url: str) -> None:
+    """The session's lock held exclusively on its worker (as erasure, clear and import take
+    it) holds a delegated save back until it is released; a save that holds it shared holds
+    an exclusive writer (here ``clear``) back."""
+    with Store(url) as store:
+        memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="s", store=store)
+        memory.save_context({"input": "Sarah Chen"}, {"output": "hi"})  # records the rules
+        assert core_of(store).statements(Sharding).delegated
+        engine = sa.create_engine(url)
+        try:
+            for exclusive, blocked in ((True, "save"), (False, "clear")):
+                done = threading.Event()
+
+                def write(blocked: str = blocked, done: threading.Event = done) -> None:
+                    if blocked == "save":
+                        memory.save_context({"input": "Sarah Chen of Acme"}, {"output": "ok"})
+                    else:
+                        memory.clear()
+                    done.set()
+
+                with engine.connect() as holder:
+                    holder.execute(
+                        sa.text("SELECT zerda_session_lock_v1('s', :exclusive)"),
+                        {"exclusive": exclusive},
+                    )
+                    writer = threading.Thread(target=write)
+                    writer.start()
+                    waited = done.wait(1.0)
+                    holder.rollback()
+                writer.join(10)
+                assert not waited, f"the {blocked} ran while the lock was held"
+                assert done.is_set()
+        finally:
+            engine.dispose()
+            memory.close()
+
+
+def test_a_database_distributed_before_the_functions_saves_by_the_routed_unit(url: str) -> None:
+    """Without the functions (a database distributed by an earlier release, ``db
+    distribute`` not run again), saves and recalls take the routed statements."""
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(sa.text("DROP FUNCTION zerda_save_turn_v1"))
+    engine.dispose()
+    with Store(url) as store:
+        memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="s", store=store)
+        for text in CONVERSATION[:3]:
+            memory.save_context({"input": text}, {"output": "ok"})
+        assert not core_of(store).statements(Sharding).delegated
+        answer = memory.load_memory_variables({"input": "Sarah Chen?"})[memory.memory_key]
+        memory.close()
+    assert "Sarah Chen" in answer

@@ -1,0 +1,360 @@
+"""Citus: the save and the recall as functions run on the worker that holds the session's
+shard, each one call from the coordinator (Citus's function-call delegation).
+
+Through a coordinator every statement on a distributed table costs a planning on the
+coordinator, a hop to the worker and a planning there; a save of several statements pays
+that for each, and the recall, a statement Citus's fast-path planner does not take (a CTE,
+a ``UNION ALL``, a ``LATERAL`` join), pays the full router planner. Distributed with
+``create_distributed_function(..., distribution_arg_name, colocate_with => 'turns')``, a
+function called as ``SELECT ... FROM f(session_id, ...)`` is sent whole to the worker that
+holds the session's shard, and its statements run there on the local shard: one hop, the
+planning done once on the worker and its plans kept by PL/pgSQL.
+
+- :data:`SAVE` writes a turn as :mod:`single_trip`'s statement does: the same guard (it
+  writes nothing when the names need resolution, and says so; the unit of work follows),
+  the turn once per idempotency key, the entities upserted in key order, a snippet each,
+  the ledger row. It is sent as the one trip is on plain Postgres (:mod:`db.routes`): in
+  one pipeline after the statement that takes the session's lock on the coordinator, so
+  that erasure, clear and import exclude it as they exclude any save. Citus delegates a
+  call inside a transaction only for a function distributed with ``force_delegation``:
+  this one is.
+- :data:`RECALL` runs the resolving recall's statement in the shape Citus routes
+  (:func:`resolving_recall.citus_recall_sql`), its rows with the columns of an aged recall.
+
+``db distribute`` creates them (``CREATE OR REPLACE``, so a second run after an upgrade
+brings them up to date) and distributes them; a store uses them once it finds them
+distributed (:mod:`db.sharding`), and sends every statement routed without them. Their
+names carry a version: a release whose functions differ names new ones, so that the
+previous release keeps calling its own through a rolling deploy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY, JSON
+from sqlalchemy.engine import Connection, Dialect
+
+from ..db.execution.driver import CompiledStatement, compile_statement
+from ..db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
+from ..db.sharding import LOCK_FUNCTION, RECALL_FUNCTION, SAVE_FUNCTION
+from ..model.names import UNKNOWN_TYPE
+
+DISTRIBUTION_ARGUMENT = "p_session_id"
+
+# (parameter, its SQL type, the single-trip value it takes, that value's type), in the
+# function's order.
+_SAVE_PARAMETERS: tuple[tuple[str, str, str, Any], ...] = (
+    ("p_session_id", "varchar", "session_id", sa.String()),
+    ("p_input_text", "text", "turn_input_text", sa.Text()),
+    ("p_output_text", "text", "turn_output_text", sa.Text()),
+    ("p_entity_names", "json", "turn_entity_names", JSON()),
+    ("p_turn_created_at", "double precision", "turn_created_at", sa.Double()),
+    ("p_idempotency_key", "varchar", "turn_idempotency_key", sa.String()),
+    ("p_extractor", "varchar", "ledger_extractor", sa.String()),
+    ("p_status", "varchar", "ledger_status", sa.String()),
+    ("p_error", "text", "ledger_error", sa.Text()),
+    ("p_latency_ms", "double precision", "ledger_latency_ms", sa.Double()),
+    ("p_entity_count", "integer", "ledger_entity_count", sa.Integer()),
+    ("p_attempts", "integer", "ledger_attempts", sa.Integer()),
+    ("p_updated_at", "double precision", "ledger_updated_at", sa.Double()),
+    ("p_name_key", "text[]", "name_key", ARRAY(sa.Text)),
+    ("p_core_key", "text[]", "core_key", ARRAY(sa.Text)),
+    ("p_name", "varchar[]", "name", ARRAY(sa.String)),
+    ("p_entity_type", "varchar[]", "entity_type", ARRAY(sa.String)),
+    ("p_first_position", "integer[]", "first_position", ARRAY(sa.Integer)),
+    ("p_text", "text", "text", sa.Text()),
+    ("p_created_at", "double precision", "created_at", sa.Double()),
+    ("p_turn_id", "bigint", "turn_id", sa.BigInteger()),
+    ("p_entity_ids", "bigint[]", "entity_ids", ARRAY(sa.BigInteger)),
+    ("p_context_ids", "bigint[]", "context_ids", ARRAY(sa.BigInteger)),
+    ("p_ledger_id", "bigint", "ledger_id", sa.BigInteger()),
+)
+
+
+def _save_definition(schema: str) -> str:
+    """The save function; ``schema`` is the tables' (quoted), where it is created too."""
+    parameters = ",\n  ".join(f"{name} {sql_type}" for name, sql_type, _, _ in _SAVE_PARAMETERS)
+    unknown = "'" + UNKNOWN_TYPE.replace("'", "''") + "'"
+    unknown_literal = unknown.replace("'", "''")  # inside a quoted statement
+    return f"""CREATE OR REPLACE FUNCTION {schema}.{SAVE_FUNCTION}(
+  {parameters})
+RETURNS TABLE (turn_id bigint, resolution_needed boolean)
+LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+  r record;
+  v_keys text[] := '{{}}';
+  v_ids bigint[] := '{{}}';
+  v_cores text[] := '{{}}';
+  v_alias_keys text[] := '{{}}';
+  v_alias_entities bigint[] := '{{}}';
+  v_turn bigint;
+  v_own bigint;
+  v_rows text;
+  v_snippets text;
+  v_count integer := 0;
+  i integer;
+  j integer;
+BEGIN
+  -- The session's lock, shared, here on the shard's worker (see the module).
+  PERFORM pg_advisory_xact_lock_shared({SESSION_LOCK_NAMESPACE}, hashtext(p_session_id));
+  -- The guard (single_trip._resolution_needed): a mention whose key an alias of another
+  -- entity has, or that names no entity while an entity or an alias has its core. One
+  -- statement per table, each on one table filtered by the session at its top (every
+  -- statement on a distributed table costs Citus a planning here: as few as can be).
+  FOR r IN SELECT x.id, x.name_key, x.core_key FROM {schema}.entities x
+            WHERE x.session_id = p_session_id
+              AND (x.name_key = ANY (p_name_key) OR x.core_key = ANY (p_core_key)) LOOP
+    v_keys := v_keys || r.name_key;
+    v_ids := v_ids || r.id;
+    v_cores := v_cores || r.core_key;
+  END LOOP;
+  FOR r IN SELECT x.alias_key, x.core_key, x.entity_id FROM {schema}.entity_aliases x
+            WHERE x.session_id = p_session_id
+              AND (x.alias_key = ANY (p_name_key) OR x.core_key = ANY (p_core_key)) LOOP
+    v_alias_keys := v_alias_keys || r.alias_key;
+    v_alias_entities := v_alias_entities || r.entity_id;
+    v_cores := v_cores || r.core_key;
+  END LOOP;
+  FOR i IN 1 .. coalesce(array_length(p_name_key, 1), 0) LOOP
+    v_own := NULL;
+    FOR j IN 1 .. coalesce(array_length(v_keys, 1), 0) LOOP
+      IF v_keys[j] = p_name_key[i] THEN v_own := v_ids[j]; END IF;
+    END LOOP;
+    FOR j IN 1 .. coalesce(array_length(v_alias_keys, 1), 0) LOOP
+      IF v_alias_keys[j] = p_name_key[i] AND v_alias_entities[j] IS DISTINCT FROM v_own THEN
+        RETURN QUERY SELECT NULL::bigint, true;
+        RETURN;
+      END IF;
+    END LOOP;
+    IF v_own IS NULL AND p_core_key[i] = ANY (v_cores) THEN
+      RETURN QUERY SELECT NULL::bigint, true;
+      RETURN;
+    END IF;
+  END LOOP;
+  INSERT INTO {schema}.turns AS t
+    (id, session_id, input_text, output_text, entity_names, created_at, idempotency_key)
+  VALUES (p_turn_id, p_session_id, p_input_text, p_output_text, p_entity_names,
+          p_turn_created_at, p_idempotency_key)
+  ON CONFLICT (session_id, idempotency_key) DO NOTHING
+  RETURNING t.id INTO v_turn;
+  IF v_turn IS NULL THEN  -- the idempotency key was used in the session
+    RETURN QUERY SELECT NULL::bigint, false;
+    RETURN;
+  END IF;
+  -- The entities, upserted in key order, then a snippet each: one statement each, its
+  -- rows written as literals (the session's too, which lets Citus plan it for the local
+  -- shard alone).
+  IF array_length(p_name_key, 1) > 0 THEN
+    v_rows := '';
+    FOR i IN 1 .. array_length(p_name_key, 1) LOOP
+      v_rows := v_rows || CASE WHEN i > 1 THEN ', ' ELSE '' END
+        || format('(%L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', p_entity_ids[i], p_session_id,
+                  p_name_key[i],
+                  p_core_key[i], p_name[i], p_entity_type[i], p_created_at, p_created_at,
+                  v_turn, p_first_position[i]);
+    END LOOP;
+    v_snippets := '';
+    FOR r IN EXECUTE
+      'INSERT INTO {schema}.entities AS e (id, session_id, name_key, core_key, name, entity_type,'
+      ' first_seen, last_seen, first_turn_id, first_position) VALUES ' || v_rows || '
+      ON CONFLICT (session_id, name_key) DO UPDATE SET
+        name = CASE WHEN excluded.first_turn_id < e.first_turn_id
+                    THEN excluded.name ELSE e.name END,
+        first_seen = CASE WHEN excluded.first_turn_id < e.first_turn_id
+                          THEN excluded.first_seen ELSE e.first_seen END,
+        first_turn_id = CASE WHEN excluded.first_turn_id < e.first_turn_id
+                             THEN excluded.first_turn_id ELSE e.first_turn_id END,
+        first_position = CASE WHEN excluded.first_turn_id < e.first_turn_id
+                              THEN excluded.first_position ELSE e.first_position END,
+        last_seen = CASE WHEN excluded.last_seen > e.last_seen
+                         THEN excluded.last_seen ELSE e.last_seen END,
+        entity_type = CASE WHEN e.entity_type = {unknown_literal}
+                           THEN excluded.entity_type ELSE e.entity_type END
+      RETURNING e.id' LOOP
+      v_count := v_count + 1;
+      v_snippets := v_snippets || CASE WHEN v_count > 1 THEN ', ' ELSE '' END
+        || format('(%L, %L, %L, %L, %L, %L, %L)', p_context_ids[v_count], p_session_id, r.id,
+                  v_turn, v_turn, p_text, p_created_at);
+    END LOOP;
+    EXECUTE 'INSERT INTO {schema}.contexts (id, session_id, entity_id, turn_id, turn_seq,'
+      ' text, created_at) VALUES ' || v_snippets;
+  END IF;
+  INSERT INTO {schema}.extractions
+    (id, session_id, turn_id, extractor, status, error, latency_ms, entity_count, attempts,
+     updated_at)
+  VALUES (p_ledger_id, p_session_id, v_turn, p_extractor, p_status, p_error, p_latency_ms,
+          p_entity_count, p_attempts, p_updated_at);
+  RETURN QUERY SELECT v_turn, false;
+END
+$function$"""
+
+
+_RECALL_COLUMNS = (
+    ("name", "varchar"),
+    ("name_key", "text"),
+    ("entity_type", "varchar"),
+    ("text", "text"),
+    ("turn_seq", "bigint"),
+    ("context_id", "bigint"),
+    ("created_at", "double precision"),
+    ("core_key", "text"),
+)
+
+
+def _recall_definition(schema: str) -> str:
+    """The recall function: the resolving recall's rows (:mod:`resolving_recall`), each
+    statement on one table filtered by the session at its top (Citus's fast path): the
+    entities keyed or cored as a key, the aliases keyed or cored so and their entities,
+    then the newest snippets of each entity found."""
+    columns = ", ".join(f"{name} {sql_type}" for name, sql_type in _RECALL_COLUMNS)
+    return f"""CREATE OR REPLACE FUNCTION {schema}.{RECALL_FUNCTION}(
+  p_session_id varchar, p_keys varchar[], p_limit integer)
+RETURNS TABLE ({columns})
+LANGUAGE plpgsql STABLE
+AS $function$
+#variable_conflict use_column
+DECLARE
+  e record;
+  a record;
+  v_found bigint[] := '{{}}';
+  v_wanted bigint[] := '{{}}';
+  v_alias_ids bigint[] := '{{}}';
+  v_alias_names varchar[] := '{{}}';
+  v_alias_cores text[] := '{{}}';
+  v_alias_entities bigint[] := '{{}}';
+  i integer;
+BEGIN
+  -- The candidates a mention may join (identity.statements.candidates_select): entities
+  -- whose key, then whose core, is a key; aliases whose key, then whose core, is one.
+  FOR a IN SELECT x.entity_id, x.alias, x.alias_key, x.core_key
+             FROM {schema}.entity_aliases x
+            WHERE x.session_id = p_session_id
+              AND (x.alias_key = ANY (p_keys) OR x.core_key = ANY (p_keys)) LOOP
+    IF a.alias_key = ANY (p_keys) THEN
+      v_alias_entities := v_alias_entities || a.entity_id;
+      v_alias_names := v_alias_names || a.alias;
+      v_alias_cores := v_alias_cores || a.core_key;
+    END IF;
+    IF a.core_key = ANY (p_keys) THEN
+      v_alias_entities := v_alias_entities || a.entity_id;
+      v_alias_names := v_alias_names || a.alias;
+      v_alias_cores := v_alias_cores || a.core_key;
+    END IF;
+    v_wanted := v_wanted || a.entity_id;
+  END LOOP;
+  FOR e IN SELECT x.id, x.name_key, x.name, x.core_key, x.entity_type
+             FROM {schema}.entities x
+            WHERE x.session_id = p_session_id
+              AND (x.name_key = ANY (p_keys) OR x.core_key = ANY (p_keys)
+                   OR x.id = ANY (v_wanted)) LOOP
+    name := e.name; name_key := e.name_key; entity_type := NULL; turn_seq := NULL;
+    context_id := NULL; created_at := NULL;
+    IF e.name_key = ANY (p_keys) THEN
+      text := e.name; core_key := e.core_key; RETURN NEXT;
+    END IF;
+    IF e.core_key = ANY (p_keys) THEN
+      text := e.name; core_key := e.core_key; RETURN NEXT;
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(v_alias_entities, 1), 0) LOOP
+      IF v_alias_entities[i] = e.id THEN
+        text := v_alias_names[i]; core_key := v_alias_cores[i]; RETURN NEXT;
+      END IF;
+    END LOOP;
+    -- The entity's newest snippets (the index by session, entity and recency).
+    RETURN QUERY
+      SELECT e.name, e.name_key, e.entity_type, c.text, c.turn_seq, c.id, c.created_at,
+             NULL::text
+        FROM {schema}.contexts c
+       WHERE c.session_id = p_session_id AND c.entity_id = e.id
+       ORDER BY c.turn_seq DESC, c.id DESC
+       LIMIT p_limit;
+  END LOOP;
+END
+$function$"""
+
+
+def _lock_definition(schema: str) -> str:
+    """The session's lock taken on the worker that holds its shard (see the module)."""
+    return f"""CREATE OR REPLACE FUNCTION {schema}.{LOCK_FUNCTION}(
+  p_session_id varchar, p_exclusive boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF p_exclusive THEN
+    PERFORM pg_advisory_xact_lock({SESSION_LOCK_NAMESPACE}, hashtext(p_session_id));
+  ELSE
+    PERFORM pg_advisory_xact_lock_shared({SESSION_LOCK_NAMESPACE}, hashtext(p_session_id));
+  END IF;
+END
+$function$"""
+
+
+def definitions(connection: Connection) -> list[str]:
+    """The statements that create the functions in the current schema and distribute them,
+    each by its session argument, co-located with ``turns``."""
+    schema = connection.execute(sa.text("SELECT quote_ident(current_schema())")).scalar_one()
+    statements = [_save_definition(schema), _recall_definition(schema), _lock_definition(schema)]
+    save_signature = ", ".join(sql_type for _, sql_type, _, _ in _SAVE_PARAMETERS)
+    for function, signature, forced in (
+        (SAVE_FUNCTION, save_signature, "false"),
+        (RECALL_FUNCTION, "varchar, varchar[], integer", "false"),
+        (LOCK_FUNCTION, "varchar, boolean", "true"),
+    ):
+        statements.append(
+            f"SELECT create_distributed_function('{schema}.{function}({signature})', "
+            f"'{DISTRIBUTION_ARGUMENT}', colocate_with => 'turns', "
+            f"force_delegation => {forced})"
+        )
+    return statements
+
+
+class DelegatedCalls:
+    """The calls, compiled once per store (Postgres): ``save`` takes
+    :meth:`single_trip.SingleTripSave.values` and returns what the single-trip statement
+    returns; ``recall`` takes :meth:`resolving_recall.ResolvingRecall.values` and returns
+    the rows of an aged resolving recall."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        save = getattr(sa.func, SAVE_FUNCTION)(
+            *(sa.bindparam(value, type_=kind) for _, _, value, kind in _SAVE_PARAMETERS)
+        ).table_valued("turn_id", "resolution_needed")
+        self.save: CompiledStatement = compile_statement(sa.select(*save.c), dialect)
+        # The ids of the rows a save may write, from the coordinator's sequences (where the
+        # routed statements take theirs): one for the turn and its ledger row, one per
+        # mention for a new entity and for its snippet, each list in ascending order.
+        count = sa.bindparam("count", type_=sa.Integer())
+
+        def sequence(table: str) -> Any:
+            named = sa.literal_column(f"'{table}'"), sa.literal_column("'id'")
+            return sa.func.nextval(sa.func.pg_get_serial_sequence(*named))
+
+        def several(table: str) -> Any:
+            one = sa.literal_column("1", sa.Integer)
+            numbered = sa.func.generate_series(one, count).table_valued("n").render_derived()
+            return sa.func.array(
+                sa.select(sequence(table))
+                .select_from(numbered)
+                .order_by(numbered.c.n)
+                .scalar_subquery()
+            )
+
+        self.ids: CompiledStatement = compile_statement(
+            sa.select(
+                sequence("turns").label("turn_id"),
+                several("entities").label("entity_ids"),
+                several("contexts").label("context_ids"),
+                sequence("extractions").label("ledger_id"),
+            ),
+            dialect,
+        )
+        recall = getattr(sa.func, RECALL_FUNCTION)(
+            sa.bindparam("session_id", type_=sa.String()),
+            sa.bindparam("keys", type_=ARRAY(sa.String)),
+            sa.bindparam("limit", type_=sa.Integer()),
+        ).table_valued(*(name for name, _ in _RECALL_COLUMNS))
+        self.recall: CompiledStatement = compile_statement(sa.select(*recall.c), dialect)
