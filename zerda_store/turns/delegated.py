@@ -330,8 +330,8 @@ class DelegatedCalls:
         count = sa.bindparam("count", type_=sa.Integer())
 
         def sequence(table: str) -> Any:
-            named = sa.literal_column(f"'{table}'"), sa.literal_column("'id'")
-            return sa.func.nextval(sa.func.pg_get_serial_sequence(*named))
+            name = sa.literal_column(f"'{table}'")
+            return sa.func.nextval(sa.func.pg_get_serial_sequence(name, sa.literal_column("'id'")))
 
         def several(table: str) -> Any:
             one = sa.literal_column("1", sa.Integer)
