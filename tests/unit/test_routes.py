@@ -20,8 +20,10 @@ def _save(*, one_trip: bool) -> Save[None]:
     def unit(_routed: bool) -> Any:
         return lambda _transaction: None
 
-    trip = (lambda _delegated: OneTrip(None, {}, lambda _rows: (True, None))) if one_trip else None
-    return Save("s", unit, trip)  # type: ignore[arg-type]
+    def trip(_delegated: bool) -> OneTrip[None]:
+        return OneTrip(None, {}, lambda _rows: (True, None))  # type: ignore[arg-type]
+
+    return Save("s", unit, trip if one_trip else None)
 
 
 @pytest.mark.parametrize(

@@ -330,7 +330,7 @@ class DelegatedCalls:
         count = sa.bindparam("count", type_=sa.Integer())
 
         def sequence(table: str) -> Any:
-            name = sa.literal_column(f"'{table}'")
+            name: Any = sa.literal_column(f"'{table}'")
             return sa.func.nextval(sa.func.pg_get_serial_sequence(name, sa.literal_column("'id'")))
 
         def several(table: str) -> Any:
