@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from tests.doubles import AsyncKeywordLLM, KeywordLLM, ThreadRecordingLLM, direct_url
 from zerda_store import ConversationEntityMemory, Store, StoreError
-from zerda_store.db.routes import Route, Routes
+from zerda_store.db.routes import Route, Routes, unit_of_work_of
 from zerda_store.db.store import core_of
 from zerda_store.turns.attachment import Attachment
 
@@ -185,7 +185,7 @@ async def test_cancelled_inside_the_transaction_leaves_no_partial_turn(
 
     def never_one_trip(self: Routes, *args: Any, **options: Any) -> Route | None:
         chosen = route(self, *args, **options)
-        return Route.UNIT_OF_WORK if chosen is Route.ONE_TRIP else chosen
+        return unit_of_work_of(chosen)
 
     monkeypatch.setattr(Routes, "route", never_one_trip)
     with pytest.raises(TimeoutError):

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from zerda_store import ConversationEntityMemory, Store
-from zerda_store.db.routes import Route, Routes
+from zerda_store.db.routes import Route, Routes, unit_of_work_of
 
 pytestmark = pytest.mark.postgres
 
@@ -77,7 +77,7 @@ def test_the_one_statement_save_resolves_as_the_general_one(
 
     def never_one_trip(self: Routes, *args: Any, **options: Any) -> Route | None:
         chosen = route(self, *args, **options)
-        return Route.UNIT_OF_WORK if chosen is Route.ONE_TRIP else chosen
+        return unit_of_work_of(chosen)
 
     with Store(postgres_url) as store:
         monkeypatch.setattr(Routes, "_pipelined", counted)

@@ -56,6 +56,16 @@ class Route(enum.Enum):
     DELEGATED = "delegated"  # Citus: one call run on the session's worker, which locks there
 
 
+def unit_of_work_of(route: Route | None) -> Route | None:
+    """The unit-of-work route a save takes instead of ``route`` when it must be written as
+    its general unit of work (the one trip's and the delegated call's fallback)."""
+    if route is Route.ONE_TRIP:
+        return Route.UNIT_OF_WORK
+    if route is Route.DELEGATED:
+        return Route.ROUTED
+    return route
+
+
 class OneTrip(Generic[T]):
     """A save written as one statement: the statement, its values, and what its rows say,
     ``(True, value)`` once stored, ``(False, _)`` when it wrote nothing and the unit of
@@ -145,7 +155,7 @@ class Routes:
             stored, value = self._pipelined(self._trip(save, route))
             if stored:
                 return value
-            route = Route.ROUTED if route is Route.DELEGATED else Route.UNIT_OF_WORK
+            route = unit_of_work_of(route)
         return self.store.write(save.unit(route is Route.ROUTED), SessionLock(save.session_id))
 
     async def asave(self, save: Save[T]) -> T:
@@ -179,8 +189,7 @@ class Routes:
             return self._pipelined(trip or self._trip(save, chosen))
 
         def then() -> tuple[Callable[[Transaction], T], SessionLock]:
-            routed = chosen is Route.ROUTED or chosen is Route.DELEGATED
-            return save.unit(routed), SessionLock(save.session_id)
+            return save.unit(unit_of_work_of(chosen) is Route.ROUTED), SessionLock(save.session_id)
 
         return await store.awrite_in_one_trip(first, then)
 
