@@ -127,7 +127,7 @@ def test_an_exclusive_lock_waits_for_a_delegated_save_and_a_save_for_it(url: str
 
                 with engine.connect() as holder:
                     holder.execute(
-                        sa.text("SELECT zerda_session_lock_v1('s', :exclusive)"),
+                        sa.text("SELECT zerda_session_lock_v1('s', :exclusive, 5000)"),
                         {"exclusive": exclusive},
                     )
                     writer = threading.Thread(target=write)

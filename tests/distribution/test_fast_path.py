@@ -111,7 +111,7 @@ def test_inside_the_functions_every_statement_is_planned_for_one_shard(
     url: str, citus_cluster: Cluster
 ) -> None:
     """Each function run on the worker that holds the session's shard, as Citus runs a
-    delegated call there: the save's two reads and the recall's each take the fast path,
+    delegated call there: the save's three reads and the recall's each take the fast path,
     its four writes are ``INSERT ... VALUES``; nothing is planned in parts."""
     with Store(url) as store:
         memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="acme", store=store)
@@ -134,7 +134,7 @@ def test_inside_the_functions_every_statement_is_planned_for_one_shard(
             "'[\"Acme Corp\", \"Berlin\"]'::json, 9.0, NULL, 'llm', 'ok', NULL, 1.0, 2, 1, "
             "9.0, ARRAY['acme corp', 'berlin'], ARRAY['acme', 'berlin'], "
             "ARRAY['Acme Corp', 'Berlin'], ARRAY['ORG', 'LOC'], ARRAY[0, 1], "
-            "'Acme Corp and Berlin', 9.0, 9001, ARRAY[9002, 9003], ARRAY[9004, 9005], 9006)"
+            "'Acme Corp and Berlin', 9.0, 9001, ARRAY[9002, 9003], ARRAY[9004, 9005], 9006, 5000)"
         ).fetchall()
         save, messages[:] = list(messages), []
         rows = conn.execute(
@@ -145,7 +145,7 @@ def test_inside_the_functions_every_statement_is_planned_for_one_shard(
     assert {row[3] for row in rows if row[5] is not None} >= {"Acme Corp and Berlin"}
     allowed = {"not pushing down function to the same node", ROUTER_PLAN}
     planned = [m for m in save if m not in allowed and "single distribution column" not in m]
-    assert sum(m == ROUTER_PLAN for m in save) == 6  # two reads, four inserts
-    assert planned == ["Deferred pruning " + FAST_PATH] * 2
+    assert sum(m == ROUTER_PLAN for m in save) == 7  # three reads, four inserts
+    assert planned == ["Deferred pruning " + FAST_PATH] * 3
     assert sum(m == ROUTER_PLAN for m in recall) == 4  # candidates, aliases, two entities'
     assert [m for m in recall if m not in allowed] == ["Deferred pruning " + FAST_PATH] * 4

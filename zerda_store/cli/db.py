@@ -41,7 +41,7 @@ def distribute(obj: Context, dry_run: bool, as_json: bool) -> None:
             json.dumps(
                 {
                     "dry_run": dry_run,
-                    "ran": not dry_run and bool(plan.statements),
+                    "ran": not dry_run and bool(plan.statements or plan.functions),
                     "statements": plan.statements,
                     "already_distributed": plan.done,
                     "functions": function_names(plan.functions),

@@ -185,8 +185,9 @@ class Routes:
             chosen = self.route(save)
             if chosen is not Route.ONE_TRIP and chosen is not Route.DELEGATED:
                 return False, None  # type: ignore[return-value]
+            ready = trip or self._trip(save, chosen)  # which may read (Citus: the ids)
             before_send()  # a cancellation until here stops the save
-            return self._pipelined(trip or self._trip(save, chosen))
+            return self._pipelined(ready)
 
         def then() -> tuple[Callable[[Transaction], T], SessionLock]:
             return save.unit(unit_of_work_of(chosen) is Route.ROUTED), SessionLock(save.session_id)
@@ -200,8 +201,9 @@ class Routes:
         assert save.one_trip is not None
         delegated = route is Route.DELEGATED
         trip = save.one_trip(delegated)
-        if trip.first is not None:
-            [row] = write_pipelined(self.store, [trip.first])
+        if trip.first is not None:  # a read: run again on a fresh connection if need be
+            statement, values = trip.first
+            row = self.store.read(OneStatement(statement, values, _one_row))
             trip.values.update(row._asdict())
         if delegated:
             return [(trip.statement, trip.values)], trip
@@ -229,3 +231,8 @@ class Routes:
 def _stored(trip: OneTrip[Any]) -> Callable[[list[Any]], bool]:
     """Whether a one trip's rows say its save is stored (for a caller cancelled meanwhile)."""
     return lambda rows: trip.outcome(rows)[0]
+
+
+def _one_row(rows: list[Any]) -> Any:
+    [row] = rows
+    return row

@@ -1,31 +1,40 @@
-"""Citus: the save and the recall as functions run on the worker that holds the session's
+"""Citus: a save and a recall as functions run on the worker that holds the session's
 shard, each one call from the coordinator (Citus's function-call delegation).
 
 Through a coordinator every statement on a distributed table costs a planning on the
 coordinator, a hop to the worker and a planning there; a save of several statements pays
 that for each, and the recall, a statement Citus's fast-path planner does not take (a CTE,
-a ``UNION ALL``, a ``LATERAL`` join), pays the full router planner. Distributed with
-``create_distributed_function(..., distribution_arg_name, colocate_with => 'turns')``, a
-function called as ``SELECT ... FROM f(session_id, ...)`` is sent whole to the worker that
-holds the session's shard, and its statements run there on the local shard: one hop, the
-planning done once on the worker and its plans kept by PL/pgSQL.
+a ``UNION ALL``, a ``LATERAL`` join), pays the full router planner twice. Distributed with
+``create_distributed_function(..., 'p_session_id', colocate_with => 'turns')``, a function
+called as ``SELECT ... FROM f(session_id, ...)`` outside a transaction block is sent whole
+to the worker that holds the session's shard, and its statements run there, each on one
+table filtered by the session at its top (the fast path) or an ``INSERT ... VALUES``: as
+few as can be, since each still costs Citus a planning there (docs/citus.md, Cost).
 
-- :data:`SAVE` writes a turn as :mod:`single_trip`'s statement does: the same guard (it
-  writes nothing when the names need resolution, and says so; the unit of work follows),
-  the turn once per idempotency key, the entities upserted in key order, a snippet each,
-  the ledger row. It is sent as the one trip is on plain Postgres (:mod:`db.routes`): in
-  one pipeline after the statement that takes the session's lock on the coordinator, so
-  that erasure, clear and import exclude it as they exclude any save. Citus delegates a
-  call inside a transaction only for a function distributed with ``force_delegation``:
-  this one is.
-- :data:`RECALL` runs the resolving recall's statement in the shape Citus routes
-  (:func:`resolving_recall.citus_recall_sql`), its rows with the columns of an aged recall.
+- The save (:data:`SAVE_FUNCTION`) takes the session's lock shared on the worker, bounded
+  by the store's ``lock_timeout``; then writes what :mod:`single_trip`'s statement writes:
+  the same guard (nothing is written when a name needs resolving), the turn once per
+  idempotency key, the entities upserted in key order, a snippet each, the ledger row. Its
+  rows' ids come from the coordinator's sequences, read first (:attr:`DelegatedCalls.ids`),
+  as the routed statements' do: a worker's sequence has a range of its own, and its ids
+  would not order a session's turns. When the session has a turn newer than the ids read
+  (a save of the same session in between), it writes nothing either, so that a session's
+  turns keep their ids in the order they were stored (an erasure reads the turns saved
+  while it ran as those after the newest it planned). Either way the routed unit of work
+  follows (:mod:`db.routes`).
+- The recall (:data:`RECALL_FUNCTION`) returns the rows of the resolving recall
+  (:mod:`resolving_recall`), with the columns of an aged one: the candidates a name may
+  join in the statement's order (entities keyed, then cored, as a name; aliases keyed,
+  then cored, so), then each entity's newest snippets.
+- The lock (:data:`LOCK_FUNCTION`): erasure, clear, import and the other writes that take
+  the session's lock exclusively take it on the worker too, through this function,
+  distributed with ``force_delegation`` so that Citus runs it there inside their
+  transaction (:func:`db.execution.unit_of_work.locked`).
 
-``db distribute`` creates them (``CREATE OR REPLACE``, so a second run after an upgrade
+``db distribute`` creates them (``CREATE OR REPLACE``: a second run after an upgrade
 brings them up to date) and distributes them; a store uses them once it finds them
-distributed (:mod:`db.sharding`), and sends every statement routed without them. Their
-names carry a version: a release whose functions differ names new ones, so that the
-previous release keeps calling its own through a rolling deploy.
+distributed (:mod:`db.sharding`), and routes every statement without them. Their names
+carry a version: a release whose functions differ names new ones.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from sqlalchemy.engine import Connection, Dialect
 from ..db.execution.driver import CompiledStatement, compile_statement
 from ..db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
 from ..db.sharding import LOCK_FUNCTION, RECALL_FUNCTION, SAVE_FUNCTION
+from ..errors import StoreError
 from ..model.names import UNKNOWN_TYPE
 
 DISTRIBUTION_ARGUMENT = "p_session_id"
@@ -70,6 +80,7 @@ _SAVE_PARAMETERS: tuple[tuple[str, str, str, Any], ...] = (
     ("p_entity_ids", "bigint[]", "entity_ids", ARRAY(sa.BigInteger)),
     ("p_context_ids", "bigint[]", "context_ids", ARRAY(sa.BigInteger)),
     ("p_ledger_id", "bigint", "ledger_id", sa.BigInteger()),
+    ("p_lock_timeout_ms", "integer", "lock_timeout_ms", sa.Integer()),
 )
 
 
@@ -78,6 +89,7 @@ def _save_definition(schema: str) -> str:
     parameters = ",\n  ".join(f"{name} {sql_type}" for name, sql_type, _, _ in _SAVE_PARAMETERS)
     unknown = "'" + UNKNOWN_TYPE.replace("'", "''") + "'"
     unknown_literal = unknown.replace("'", "''")  # inside a quoted statement
+    quoted = schema.replace("'", "''")
     return f"""CREATE OR REPLACE FUNCTION {schema}.{SAVE_FUNCTION}(
   {parameters})
 RETURNS TABLE (turn_id bigint, resolution_needed boolean)
@@ -92,6 +104,7 @@ DECLARE
   v_alias_keys text[] := '{{}}';
   v_alias_entities bigint[] := '{{}}';
   v_turn bigint;
+  v_newest bigint;
   v_own bigint;
   v_rows text;
   v_snippets text;
@@ -99,8 +112,16 @@ DECLARE
   i integer;
   j integer;
 BEGIN
-  -- The session's lock, shared, here on the shard's worker (see the module).
+  -- The session's lock, shared, here on the shard's worker (see the module), waited for
+  -- as long as the store's lock_timeout allows.
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
   PERFORM pg_advisory_xact_lock_shared({SESSION_LOCK_NAMESPACE}, hashtext(p_session_id));
+  -- A turn of the session newer than the ids read: the unit of work saves this one.
+  SELECT max(x.id) INTO v_newest FROM {schema}.turns x WHERE x.session_id = p_session_id;
+  IF p_turn_id <= v_newest THEN
+    RETURN QUERY SELECT NULL::bigint, true;
+    RETURN;
+  END IF;
   -- The guard (single_trip._resolution_needed): a mention whose key an alias of another
   -- entity has, or that names no entity while an entity or an alias has its core. One
   -- statement per table, each on one table filtered by the session at its top (every
@@ -159,7 +180,7 @@ BEGIN
     END LOOP;
     v_snippets := '';
     FOR r IN EXECUTE
-      'INSERT INTO {schema}.entities AS e (id, session_id, name_key, core_key, name, entity_type,'
+      'INSERT INTO {quoted}.entities AS e (id, session_id, name_key, core_key, name, entity_type,'
       ' first_seen, last_seen, first_turn_id, first_position) VALUES ' || v_rows || '
       ON CONFLICT (session_id, name_key) DO UPDATE SET
         name = CASE WHEN excluded.first_turn_id < e.first_turn_id
@@ -180,7 +201,7 @@ BEGIN
         || format('(%L, %L, %L, %L, %L, %L, %L)', p_context_ids[v_count], p_session_id, r.id,
                   v_turn, v_turn, p_text, p_created_at);
     END LOOP;
-    EXECUTE 'INSERT INTO {schema}.contexts (id, session_id, entity_id, turn_id, turn_seq,'
+    EXECUTE 'INSERT INTO {quoted}.contexts (id, session_id, entity_id, turn_id, turn_seq,'
       ' text, created_at) VALUES ' || v_snippets;
   END IF;
   INSERT INTO {schema}.extractions
@@ -218,58 +239,80 @@ LANGUAGE plpgsql STABLE
 AS $function$
 #variable_conflict use_column
 DECLARE
-  e record;
-  a record;
-  v_found bigint[] := '{{}}';
-  v_wanted bigint[] := '{{}}';
-  v_alias_ids bigint[] := '{{}}';
-  v_alias_names varchar[] := '{{}}';
-  v_alias_cores text[] := '{{}}';
-  v_alias_entities bigint[] := '{{}}';
+  r record;
   i integer;
+  j integer;
+  k integer;
+  v_matched text;
+  v_ids bigint[] := '{{}}';
+  v_keys text[] := '{{}}';
+  v_names varchar[] := '{{}}';
+  v_cores text[] := '{{}}';
+  v_types varchar[] := '{{}}';
+  v_alias_entities bigint[] := '{{}}';
+  v_aliases varchar[] := '{{}}';
+  v_alias_keys text[] := '{{}}';
+  v_alias_cores text[] := '{{}}';
 BEGIN
-  -- The candidates a mention may join (identity.statements.candidates_select): entities
-  -- whose key, then whose core, is a key; aliases whose key, then whose core, is one.
-  FOR a IN SELECT x.entity_id, x.alias, x.alias_key, x.core_key
+  -- The session's aliases keyed or cored as a name, then its entities keyed or cored so
+  -- and those the aliases name: one statement each.
+  FOR r IN SELECT x.entity_id, x.alias, x.alias_key, x.core_key
              FROM {schema}.entity_aliases x
             WHERE x.session_id = p_session_id
               AND (x.alias_key = ANY (p_keys) OR x.core_key = ANY (p_keys)) LOOP
-    IF a.alias_key = ANY (p_keys) THEN
-      v_alias_entities := v_alias_entities || a.entity_id;
-      v_alias_names := v_alias_names || a.alias;
-      v_alias_cores := v_alias_cores || a.core_key;
-    END IF;
-    IF a.core_key = ANY (p_keys) THEN
-      v_alias_entities := v_alias_entities || a.entity_id;
-      v_alias_names := v_alias_names || a.alias;
-      v_alias_cores := v_alias_cores || a.core_key;
-    END IF;
-    v_wanted := v_wanted || a.entity_id;
+    v_alias_entities := v_alias_entities || r.entity_id;
+    v_aliases := v_aliases || r.alias;
+    v_alias_keys := v_alias_keys || r.alias_key;
+    v_alias_cores := v_alias_cores || r.core_key;
   END LOOP;
-  FOR e IN SELECT x.id, x.name_key, x.name, x.core_key, x.entity_type
+  FOR r IN SELECT x.id, x.name_key, x.name, x.core_key, x.entity_type
              FROM {schema}.entities x
             WHERE x.session_id = p_session_id
               AND (x.name_key = ANY (p_keys) OR x.core_key = ANY (p_keys)
-                   OR x.id = ANY (v_wanted)) LOOP
-    name := e.name; name_key := e.name_key; entity_type := NULL; turn_seq := NULL;
-    context_id := NULL; created_at := NULL;
-    IF e.name_key = ANY (p_keys) THEN
-      text := e.name; core_key := e.core_key; RETURN NEXT;
+                   OR x.id = ANY (v_alias_entities)) LOOP
+    v_ids := v_ids || r.id;
+    v_keys := v_keys || r.name_key;
+    v_names := v_names || r.name;
+    v_cores := v_cores || r.core_key;
+    v_types := v_types || r.entity_type;
+  END LOOP;
+  -- The candidates, in the order of the statement's parts: entities keyed as a name, then
+  -- cored as one; aliases keyed as one, then cored (each with its entity's key and name).
+  entity_type := NULL; turn_seq := NULL; context_id := NULL; created_at := NULL;
+  FOR i IN 1 .. coalesce(array_length(v_ids, 1), 0) LOOP
+    IF v_keys[i] = ANY (p_keys) THEN
+      name := v_names[i]; name_key := v_keys[i]; text := v_names[i]; core_key := v_cores[i];
+      RETURN NEXT;
     END IF;
-    IF e.core_key = ANY (p_keys) THEN
-      text := e.name; core_key := e.core_key; RETURN NEXT;
+  END LOOP;
+  FOR i IN 1 .. coalesce(array_length(v_ids, 1), 0) LOOP
+    IF v_cores[i] = ANY (p_keys) THEN
+      name := v_names[i]; name_key := v_keys[i]; text := v_names[i]; core_key := v_cores[i];
+      RETURN NEXT;
     END IF;
-    FOR i IN 1 .. coalesce(array_length(v_alias_entities, 1), 0) LOOP
-      IF v_alias_entities[i] = e.id THEN
-        text := v_alias_names[i]; core_key := v_alias_cores[i]; RETURN NEXT;
-      END IF;
-    END LOOP;
-    -- The entity's newest snippets (the index by session, entity and recency).
+  END LOOP;
+  FOR j IN 1 .. coalesce(array_length(v_aliases, 1), 0) * 2 LOOP
+    -- The aliases keyed as a name (the first round), then those cored as one.
+    k := (j - 1) % array_length(v_aliases, 1) + 1;
+    v_matched := CASE WHEN j <= array_length(v_aliases, 1) THEN v_alias_keys[k]
+                      ELSE v_alias_cores[k] END;
+    IF v_matched = ANY (p_keys) THEN
+      FOR i IN 1 .. coalesce(array_length(v_ids, 1), 0) LOOP
+        IF v_ids[i] = v_alias_entities[k] THEN
+          name := v_names[i]; name_key := v_keys[i]; text := v_aliases[k];
+          core_key := v_alias_cores[k];
+          RETURN NEXT;
+        END IF;
+      END LOOP;
+    END IF;
+  END LOOP;
+  -- Each entity's newest snippets (the index by session, entity and recency).
+  FOR i IN 1 .. coalesce(array_length(v_ids, 1), 0) LOOP
     RETURN QUERY
-      SELECT e.name, e.name_key, e.entity_type, c.text, c.turn_seq, c.id, c.created_at,
+      SELECT v_names[i], v_keys[i], v_types[i], c.text, c.turn_seq, c.id, c.created_at,
              NULL::text
         FROM {schema}.contexts c
-       WHERE c.session_id = p_session_id AND c.entity_id = e.id
+       WHERE c.session_id = p_session_id AND c.entity_id = v_ids[i]
        ORDER BY c.turn_seq DESC, c.id DESC
        LIMIT p_limit;
   END LOOP;
@@ -280,11 +323,13 @@ $function$"""
 def _lock_definition(schema: str) -> str:
     """The session's lock taken on the worker that holds its shard (see the module)."""
     return f"""CREATE OR REPLACE FUNCTION {schema}.{LOCK_FUNCTION}(
-  p_session_id varchar, p_exclusive boolean)
+  p_session_id varchar, p_exclusive boolean, p_lock_timeout_ms integer)
 RETURNS void
 LANGUAGE plpgsql
 AS $function$
 BEGIN
+  -- For the rest of the transaction on this worker, as the store's lock_timeout.
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
   IF p_exclusive THEN
     PERFORM pg_advisory_xact_lock({SESSION_LOCK_NAMESPACE}, hashtext(p_session_id));
   ELSE
@@ -298,15 +343,18 @@ def definitions(connection: Connection) -> list[str]:
     """The statements that create the functions in the current schema and distribute them,
     each by its session argument, co-located with ``turns``."""
     schema = connection.execute(sa.text("SELECT quote_ident(current_schema())")).scalar_one()
+    if "$function$" in schema:  # the bodies' quotes
+        raise StoreError(f"the functions cannot be created in a schema named {schema}")
+    quoted = schema.replace("'", "''")  # inside a quoted literal
     statements = [_save_definition(schema), _recall_definition(schema), _lock_definition(schema)]
     save_signature = ", ".join(sql_type for _, sql_type, _, _ in _SAVE_PARAMETERS)
     for function, signature, forced in (
         (SAVE_FUNCTION, save_signature, "false"),
         (RECALL_FUNCTION, "varchar, varchar[], integer", "false"),
-        (LOCK_FUNCTION, "varchar, boolean", "true"),
+        (LOCK_FUNCTION, "varchar, boolean, integer", "true"),
     ):
         statements.append(
-            f"SELECT create_distributed_function('{schema}.{function}({signature})', "
+            f"SELECT create_distributed_function('{quoted}.{function}({signature})', "
             f"'{DISTRIBUTION_ARGUMENT}', colocate_with => 'turns', "
             f"force_delegation => {forced})"
         )

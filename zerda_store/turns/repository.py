@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from ..db.connections.settings import milliseconds
 from ..db.execution.unit_of_work import SessionLock, Transaction
 from ..db.routes import OneTrip, Save
 from ..db.statistics import analyze_after
@@ -96,6 +97,7 @@ class Repository(Reads):
             statement = self.store.statements(SingleTripSave).statement
             return OneTrip(statement, values, one_trip_outcome)
         calls = self.store.statements(DelegatedCalls)
+        values["lock_timeout_ms"] = milliseconds(self.store.lock_timeout)
         ids = (calls.ids, {"count": len(turn.mentions)})
         return OneTrip(calls.save, values, one_trip_outcome, first=ids)
 

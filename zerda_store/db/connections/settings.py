@@ -253,7 +253,7 @@ def _server_of(cursor: Any, dbapi_connection: Any) -> tuple[bool, bool]:
 
 def _settings(lock_timeout: float, read_only: bool, schema: str | None) -> list[tuple[str, str]]:
     """The Postgres settings of the store's connections, as (name, value)."""
-    settings = [("lock_timeout", str(_milliseconds(lock_timeout)))]
+    settings = [("lock_timeout", str(milliseconds(lock_timeout)))]
     if read_only:
         settings.append(("default_transaction_read_only", "on"))
     if schema is not None:
@@ -275,7 +275,7 @@ def transaction_settings(lock_timeout: float, read_only: bool, schema: str | Non
     )
 
 
-def _milliseconds(seconds: float) -> int:
+def milliseconds(seconds: float) -> int:
     """Whole milliseconds, at least 1 (0 would mean "wait forever" to Postgres)."""
     return max(1, math.ceil(seconds * 1000))
 
@@ -307,7 +307,7 @@ def _configure_sqlite(
     engine: Engine, url: URL, durability: Durability, lock_timeout: float, read_only: bool
 ) -> None:
     synchronous = {"full": "FULL", "normal": "NORMAL"}[durability]
-    busy_timeout_ms = _milliseconds(lock_timeout)
+    busy_timeout_ms = milliseconds(lock_timeout)
 
     if read_only:
         if url.query.get("uri"):

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ...telemetry import units
 from ...telemetry.operations import current as observed_operation
+from ..connections.settings import milliseconds
 from ..sharding import LOCK_FUNCTION, distributed
 from .driver import CompiledStatement, Cursor, Runnable, compile_statement, kept_cursor
 from .failures import (
@@ -57,14 +58,16 @@ class SessionLockStatements:
         # Citus: the same lock, exclusive, on the worker that holds the session's shard,
         # where a save delegated there takes it shared (``turns.delegated``); asked for only
         # where the function is (a database ``db distribute`` of this release has run on).
+        signature: Any = sa.literal_column(f"'{LOCK_FUNCTION}(varchar, boolean, integer)'")
         self.worker_lock_exists = compile_statement(
-            sa.select(sa.func.to_regprocedure(f"{LOCK_FUNCTION}(varchar, boolean)").is_not(None)),
-            dialect,
+            sa.select(sa.func.to_regprocedure(signature).is_not(None)), dialect
         )
         self.exclusive_on_worker = compile_statement(
             sa.select(
                 getattr(sa.func, LOCK_FUNCTION)(
-                    sa.bindparam("session_id", type_=sa.String), sa.true()
+                    sa.bindparam("session_id", type_=sa.String),
+                    sa.true(),
+                    sa.bindparam("lock_timeout_ms", type_=sa.Integer),
                 )
             ),
             dialect,
@@ -176,7 +179,8 @@ def locked(
     def locked_work(transaction: Transaction) -> T:
         units.locking(transaction.run, statement, values)  # its wait, when observed
         if on_worker and transaction.run(locks.worker_lock_exists, None)[0][0]:
-            units.locking(transaction.run, locks.exclusive_on_worker, values)
+            waited = {**values, "lock_timeout_ms": milliseconds(store.lock_timeout)}
+            units.locking(transaction.run, locks.exclusive_on_worker, waited)
         return work(transaction)
 
     return locked_work
@@ -267,6 +271,9 @@ class Database(Connections, Described, Protocol):
     def check_writable(self) -> None: ...
 
     def connect(self) -> AbstractContextManager[Connection]: ...
+
+    @property
+    def lock_timeout(self) -> float: ...
 
 
 def attempt(
