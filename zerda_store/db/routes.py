@@ -152,6 +152,7 @@ class Routes:
         writable before it sends anything."""
         route = self.route(save)
         if route is Route.ONE_TRIP or route is Route.DELEGATED:
+            self.store.check_writable()  # before the trip's own read (Citus: the ids)
             stored, value = self._pipelined(self._trip(save, route))
             if stored:
                 return value
@@ -190,6 +191,7 @@ class Routes:
             return self._pipelined(ready)
 
         def then() -> tuple[Callable[[Transaction], T], SessionLock]:
+            store.check_writable()  # as the sync save's unit of work checks it
             return save.unit(unit_of_work_of(chosen) is Route.ROUTED), SessionLock(save.session_id)
 
         return await store.awrite_in_one_trip(first, then)
