@@ -2,11 +2,13 @@
 
 A statement Citus cannot route whole (a data-modifying CTE, an INSERT ... SELECT) is planned
 in parts on the coordinator, each part's result shipped between the nodes: on a distributed
-database the one-statement save (:mod:`turns.single_trip`) costs several hops, more than
-its statements sent one by one, each routed to the session's shard. The save path asks
-here which to use. Read at the first save of a store's life: a database distributed while
-a server runs takes the one-by-one form at the server's next start (both forms are
-correct on either).
+database the one-statement save (:mod:`turns.single_trip`) costs several hops. There a save
+and a recall are each one call of a function Citus runs on the worker that holds the
+session's shard (``turns.delegated``), once ``db distribute`` has made the functions, and
+otherwise their statements are sent one by one, each routed to the session's shard. The
+save path asks here which to use. Read at the first save of a store's life: a database
+distributed, or given its functions, while a server runs takes the new form at the
+server's next start (every form is correct on either).
 
 The catalog look-ups live here, not in :mod:`citus.distribution`, which ``db distribute``
 uses: that module loads the migration machinery, which the save path must not."""

@@ -4,8 +4,8 @@ The statement inserts the turn, upserts its entities (in key order), and inserts
 snippet per entity and the turn's extraction-ledger row, each a data-modifying CTE fed by
 the one before (the turn's new id, the entities' ids); every part names the session (a
 lookup by core inside a row range led by the core, which only the core's index serves:
-not a statement Citus routes, and it is not sent there, where saves take the routed unit
-of work, :mod:`db.routes`). It is sent in one pipeline after
+not a statement Citus routes, and it is not sent there: :mod:`delegated` writes the same
+rows on the session's worker, :mod:`db.routes`). It is sent in one pipeline after
 the statement that takes the session's lock (:mod:`execution.pipeline`), so that it reads with a
 snapshot taken once the lock is held.
 
