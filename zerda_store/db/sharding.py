@@ -15,13 +15,24 @@ uses: that module loads the migration machinery, which the save path must not.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
-if TYPE_CHECKING:
-    from .execution.unit_of_work import Database
+S = TypeVar("S")
+
+
+class Catalogued(Protocol):
+    """What the look-up needs of a store: its statements (where the answer is kept) and a
+    connection."""
+
+    def statements(self, factory: Callable[[Dialect], S]) -> S: ...
+
+    def connect(self) -> AbstractContextManager[Connection]: ...
+
 
 # The functions Citus runs on the worker that holds a session's shard (``turns.delegated``,
 # created by ``db distribute``): the save, the recall, and the session's lock there. The
@@ -91,7 +102,7 @@ class Sharding:
         self.delegated = False
 
 
-def distributed(store: Database) -> bool:
+def distributed(store: Catalogued) -> bool:
     """True when the store's ``turns`` table is distributed by Citus (read once per store,
     with whether the functions are there, :attr:`Sharding.delegated`)."""
     sharding = store.statements(Sharding)
@@ -101,8 +112,3 @@ def distributed(store: Database) -> bool:
             sharding.delegated = spread and delegated_functions(connection)
         sharding.distributed = spread
     return sharding.distributed
-
-
-def delegated(store: Database) -> bool:
-    """True when the store's saves and recalls run as functions on the shards' workers."""
-    return distributed(store) and store.statements(Sharding).delegated
