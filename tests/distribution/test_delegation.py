@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -105,6 +106,26 @@ def test_the_delegated_save_and_recall_match_the_routed_ones(url: str) -> None:
     assert session_rows(url, "delegated") == session_rows(url, "routed")
 
 
+def held_back(engine: sa.Engine, lock: sa.TextClause, call: Callable[[], object]) -> None:
+    """``call``, run in a thread while a connection of ``engine`` holds ``lock``, does not
+    return before the lock is released, and returns once it is."""
+    done = threading.Event()
+
+    def run() -> None:
+        call()
+        done.set()
+
+    with engine.connect() as holder:
+        holder.execute(lock)
+        caller = threading.Thread(target=run)
+        caller.start()
+        waited = done.wait(1.0)
+        holder.rollback()
+    caller.join(10)
+    assert not waited, "it ran while the lock was held"
+    assert done.is_set()
+
+
 def test_an_exclusive_lock_waits_for_a_delegated_save_and_a_save_for_it(url: str) -> None:
     """The session's lock held exclusively on its worker (as erasure, clear and import take
     it) holds a delegated save back until it is released; a save that holds it shared holds
@@ -115,28 +136,14 @@ def test_an_exclusive_lock_waits_for_a_delegated_save_and_a_save_for_it(url: str
         assert core_of(store).statements(Sharding).delegated
         engine = sa.create_engine(url)
         try:
-            for exclusive, blocked in ((True, "save"), (False, "clear")):
-                done = threading.Event()
-
-                def write(blocked: str = blocked, done: threading.Event = done) -> None:
-                    if blocked == "save":
-                        memory.save_context({"input": "Sarah Chen of Acme"}, {"output": "ok"})
-                    else:
-                        memory.clear()
-                    done.set()
-
-                with engine.connect() as holder:
-                    holder.execute(
-                        sa.text("SELECT zerda_session_lock_v1('s', :exclusive, 5000)"),
-                        {"exclusive": exclusive},
-                    )
-                    writer = threading.Thread(target=write)
-                    writer.start()
-                    waited = done.wait(1.0)
-                    holder.rollback()
-                writer.join(10)
-                assert not waited, f"the {blocked} ran while the lock was held"
-                assert done.is_set()
+            held_back(
+                engine,
+                sa.text("SELECT zerda_session_lock_v1('s', true, 5000)"),
+                lambda: memory.save_context({"input": "Sarah Chen of Acme"}, {"output": "ok"}),
+            )
+            held_back(
+                engine, sa.text("SELECT zerda_session_lock_v1('s', false, 5000)"), memory.clear
+            )
         finally:
             engine.dispose()
             memory.close()
@@ -157,3 +164,69 @@ def test_a_database_distributed_before_the_functions_saves_by_the_routed_unit(ur
         answer = memory.load_memory_variables({"input": "Sarah Chen?"})[memory.memory_key]
         memory.close()
     assert "Sarah Chen" in answer
+
+
+def test_a_shard_move_switching_placements_holds_delegated_calls_back(url: str) -> None:
+    """While a move or a split switches the session's shard group to new placements, it
+    holds the group's metadata lock exclusively on every node (``lock_shard_metadata(7,
+    ...)``, as Citus takes it): a delegated save and a delegated recall, which write and
+    read the shards themselves on the worker, wait until it is released."""
+    with Store(url) as store:
+        memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="s", store=store)
+        memory.save_context({"input": "Sarah Chen"}, {"output": "hi"})  # records the rules
+        with store.connect() as connection:
+            shard, port = connection.execute(
+                sa.text(
+                    "SELECT shardid, nodeport FROM citus_shards WHERE shardid = "
+                    "get_shard_id_for_distribution_column('turns', 's')"
+                )
+            ).one()
+        mover = sa.create_engine(sa.make_url(url).set(port=port))
+        lock = sa.text(f"SELECT lock_shard_metadata(7, ARRAY[{int(shard)}]::bigint[])")
+        answers: list[str] = []
+        try:
+            held_back(
+                mover,
+                lock,
+                lambda: memory.save_context({"input": "Sarah Chen again"}, {"output": "ok"}),
+            )
+            held_back(
+                mover,
+                lock,
+                lambda: answers.append(
+                    memory.load_memory_variables({"input": "Sarah Chen?"})[memory.memory_key]
+                ),
+            )
+        finally:
+            mover.dispose()
+            memory.close()
+    assert "Sarah Chen again" in answers[0]
+
+
+def test_a_role_that_does_not_own_the_tables_saves_and_recalls_the_same(
+    url: str, citus_cluster: Cluster
+) -> None:
+    """Citus lets only the tables' owner take a shard group's lock, so the functions leave
+    the shards to Citus for any other role: each statement routed, the same rows."""
+    role = f"zerda_user_{uuid.uuid4().hex[:8]}"
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        for statement in (
+            f"CREATE ROLE {role} LOGIN",
+            f"GRANT USAGE ON SCHEMA public TO {role}",
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}",
+            f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}",
+        ):
+            connection.execute(sa.text(statement))
+    try:
+        with Store(sa.make_url(url).set(username=role)) as user, Store(url) as owner:
+            assert distributed(core_of(user)) and core_of(user).statements(Sharding).delegated
+            by_user = talk(user, "user")
+            by_owner = talk(owner, "owner")
+        assert by_user == by_owner
+        assert session_rows(url, "user") == session_rows(url, "owner")
+    finally:
+        with engine.connect() as connection:
+            connection.execute(sa.text(f"DROP OWNED BY {role}"))
+            connection.execute(sa.text(f"DROP ROLE {role}"))
+        engine.dispose()

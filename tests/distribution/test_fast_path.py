@@ -10,14 +10,17 @@ distributed function whose session argument is known is sent whole to the worker
 the session's shard ("pushing down the function call").
 
 A save and a recall are each one such call (``turns.delegated``); inside the functions, on
-the worker, every statement on a distributed table takes the fast path or is an ``INSERT
-... VALUES``. The tests fail when a hot statement leaves either (docs/citus.md, Cost).
+the worker that holds the session's shards, every statement reads or writes the shards
+themselves, and Citus plans none of them. The tests fail when a hot statement is planned by
+Citus there (docs/citus.md, Cost).
 
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
+from typing import Any
 
 import psycopg
 import pytest
@@ -107,45 +110,68 @@ def test_a_save_and_a_recall_are_each_one_call_run_on_the_sessions_worker(url: s
     assert planner(statement, messages) == "delegated"
 
 
-def test_inside_the_functions_every_statement_is_planned_for_one_shard(
+SAVE_CALL = (
+    "SELECT * FROM zerda_save_turn_v1('acme', 'Acme Corp and Berlin', 'ok', "
+    "'[\"Acme Corp\", \"Berlin\"]'::json, 9.0, NULL, 'llm', 'ok', NULL, 1.0, 2, 1, "
+    "9.0, ARRAY['acme corp', 'berlin'], ARRAY['acme', 'berlin'], "
+    "ARRAY['Acme Corp', 'Berlin'], ARRAY['ORG', 'LOC'], ARRAY[0, 1], "
+    "'Acme Corp and Berlin', 9.0, {turn}, ARRAY[{turn} + 1, {turn} + 2], "
+    "ARRAY[{turn} + 3, {turn} + 4], {turn} + 5, 5000)"
+)
+RECALL_CALL = "SELECT * FROM zerda_recall_v1('acme', ARRAY['acme corp', 'berlin'], 3)"
+
+
+def _run_on(
+    node: sa.URL, *statements: str, block: bool = False
+) -> tuple[list[list[str]], list[Any]]:
+    """Each statement run on ``node`` as Citus runs a delegated call there (in a transaction
+    block: run there, not delegated further): Citus's planner messages for each, and the
+    last one's rows."""
+    messages: list[str] = []
+    taken: list[list[str]] = []
+    rows: list[Any] = []
+    with psycopg.connect(node.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+        conn.execute("SET client_min_messages = debug2")
+        for statement in statements:
+            with conn.transaction() if block else nullcontext():
+                rows = conn.execute(statement).fetchall()
+            taken.append(list(messages))
+            messages.clear()
+    return taken, rows
+
+
+def test_inside_the_functions_every_statement_is_on_the_sessions_shards(
     url: str, citus_cluster: Cluster
 ) -> None:
-    """Each function run on the worker that holds the session's shard, as Citus runs a
-    delegated call there: the save's three reads and the recall's each take the fast path,
-    its four writes are ``INSERT ... VALUES``; nothing is planned in parts."""
+    """Each function run on the worker that holds the session's shards, as Citus runs a
+    delegated call there, reads and writes the shards themselves: Citus plans none of its
+    statements. Run on a worker that does not hold them (the shards moved after the
+    coordinator sent the call), each statement is routed to the shards' worker instead,
+    and the turn is stored and recalled the same."""
     with Store(url) as store:
         memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="acme", store=store)
         memory.save_context({"input": "Sarah Chen of Acme Corp"}, {"output": "Hello"})
         with store.connect() as connection:
-            port = connection.execute(
+            holder, other = connection.execute(
                 sa.text(
-                    "SELECT nodeport FROM citus_shards WHERE table_name = 'turns'::regclass "
-                    "AND shardid = get_shard_id_for_distribution_column('turns', 'acme')"
+                    "SELECT n.nodeport FROM pg_dist_node n WHERE n.noderole = 'primary' "
+                    "AND n.groupid > 0 ORDER BY n.groupid <> (SELECT p.groupid "
+                    "FROM pg_dist_placement p WHERE p.shardid = "
+                    "get_shard_id_for_distribution_column('turns', 'acme'))"
                 )
-            ).scalar_one()
+            ).scalars()
         memory.close()
-    worker = sa.make_url(url).set(port=port, drivername="postgresql")
-    messages: list[str] = []
-    with psycopg.connect(worker.render_as_string(hide_password=False), autocommit=True) as conn:
-        conn.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
-        conn.execute("SET client_min_messages = debug2")
-        conn.execute(
-            "SELECT * FROM zerda_save_turn_v1('acme', 'Acme Corp and Berlin', 'ok', "
-            "'[\"Acme Corp\", \"Berlin\"]'::json, 9.0, NULL, 'llm', 'ok', NULL, 1.0, 2, 1, "
-            "9.0, ARRAY['acme corp', 'berlin'], ARRAY['acme', 'berlin'], "
-            "ARRAY['Acme Corp', 'Berlin'], ARRAY['ORG', 'LOC'], ARRAY[0, 1], "
-            "'Acme Corp and Berlin', 9.0, 9001, ARRAY[9002, 9003], ARRAY[9004, 9005], 9006, 5000)"
-        ).fetchall()
-        save, messages[:] = list(messages), []
-        rows = conn.execute(
-            "SELECT * FROM zerda_recall_v1('acme', ARRAY['acme corp', 'berlin'], 3)"
-        ).fetchall()
-        recall = list(messages)
+    here = sa.make_url(url).set(port=holder, drivername="postgresql")
+    elsewhere = here.set(port=other)
 
+    (save, recall), rows = _run_on(here, SAVE_CALL.format(turn=9001), RECALL_CALL)
     assert {row[3] for row in rows if row[5] is not None} >= {"Acme Corp and Berlin"}
-    allowed = {"not pushing down function to the same node", ROUTER_PLAN}
-    planned = [m for m in save if m not in allowed and "single distribution column" not in m]
-    assert sum(m == ROUTER_PLAN for m in save) == 7  # three reads, four inserts
-    assert planned == ["Deferred pruning " + FAST_PATH] * 3
-    assert sum(m == ROUTER_PLAN for m in recall) == 4  # candidates, aliases, two entities'
-    assert [m for m in recall if m not in allowed] == ["Deferred pruning " + FAST_PATH] * 4
+    for messages in (save, recall):
+        assert messages == ["not pushing down function to the same node"]
+
+    (save, recall), rows = _run_on(elsewhere, SAVE_CALL.format(turn=9101), RECALL_CALL, block=True)
+    assert sum(message == ROUTER_PLAN for message in save) == 7  # three reads, four inserts
+    assert sum(message == ROUTER_PLAN for message in recall) == 4  # two reads, two entities'
+    snippets = [row[4] for row in rows if row[5] is not None and row[1] == "acme corp"]
+    assert snippets[:2] == [9101, 9001]  # the newest first: both saves are in the shard

@@ -7,9 +7,11 @@ that for each, and the recall, a statement Citus's fast-path planner does not ta
 a ``UNION ALL``, a ``LATERAL`` join), pays the full router planner twice. Distributed with
 ``create_distributed_function(..., 'p_session_id', colocate_with => 'turns')``, a function
 called as ``SELECT ... FROM f(session_id, ...)`` outside a transaction block is sent whole
-to the worker that holds the session's shard, and its statements run there, each on one
-table filtered by the session at its top (the fast path) or an ``INSERT ... VALUES``: as
-few as can be, since each still costs Citus a planning there (docs/citus.md, Cost).
+to the worker that holds the session's shard, and its statements run there. A statement on
+a distributed table still costs Citus a planning there; so, holding the lock Citus's own
+writes take against a move of the session's shard group, each function reads and writes
+the group's shards themselves when they are on its node (:func:`_local_shards`), and
+leaves every statement to Citus only where they are not (docs/citus.md, Cost).
 
 - The save (:data:`SAVE_FUNCTION`) takes the session's lock shared on the worker, bounded
   by the store's ``lock_timeout``; then writes what :mod:`single_trip`'s statement writes:
@@ -84,12 +86,60 @@ _SAVE_PARAMETERS: tuple[tuple[str, str, str, Any], ...] = (
 )
 
 
+# The tables a function reads or writes, each through a variable named after it: the
+# distributed table, or its shard here (:func:`_local_shards`).
+_SAVE_TABLES = ("turns", "entities", "entity_aliases", "contexts", "extractions")
+_RECALL_TABLES = ("entities", "entity_aliases", "contexts")
+
+# Citus's number for the lock its own writes take on a shard group's placement (Postgres's
+# ShareLock), which a shard move or split takes exclusively while it switches placements.
+_SHARE_LOCK = 5
+
+
+def _table_variables(schema: str, tables: tuple[str, ...]) -> str:
+    """PL/pgSQL declarations: a variable per table, naming the distributed table."""
+    quoted = schema.replace("'", "''")  # inside a quoted literal
+    return "\n".join(f"  v_{table} text := '{quoted}.{table}';" for table in tables)
+
+
+def _local_shards(schema: str, tables: tuple[str, ...]) -> str:
+    """PL/pgSQL: point each table's variable at its shard when the session's shard group
+    is on this node and stays here while the call runs.
+
+    A statement on a distributed table costs Citus a planning on this node (docs/citus.md,
+    Cost); one on the shard itself, a plain Postgres planning. The call takes, on the
+    session's shard group, the lock Citus's own writes take (``lock_shard_metadata``,
+    shared), which a move or a split takes exclusively to switch the group's placements;
+    holding it, it finds the placement on this node (``pg_dist_placement``, read after the
+    lock) and uses the shards. Elsewhere (the group moved since the coordinator sent the
+    call), or for a role that does not own the tables (Citus lets only an owner take the
+    lock), the variables keep the distributed tables and Citus routes each statement.
+    """
+    quoted = schema.replace("'", "''")  # inside a quoted literal
+    anchor = f"'{quoted}.{tables[0]}'"
+    shards = "\n".join(
+        f"      v_{table} := shard_name('{quoted}.{table}', "
+        f"get_shard_id_for_distribution_column('{quoted}.{table}', p_session_id), false);"
+        for table in tables
+    )
+    return f"""  IF pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = {anchor}::regclass),
+                 'USAGE') THEN
+    v_shard := get_shard_id_for_distribution_column({anchor}, p_session_id);
+    PERFORM lock_shard_metadata({_SHARE_LOCK}, ARRAY[v_shard]);
+    IF EXISTS (SELECT 1 FROM pg_dist_placement p JOIN pg_dist_local_group l USING (groupid)
+                WHERE p.shardid = v_shard) THEN
+{shards}
+    END IF;
+  END IF;"""
+
+
 def _save_definition(schema: str) -> str:
     """The save function; ``schema`` is the tables' (quoted), where it is created too."""
     parameters = ",\n  ".join(f"{name} {sql_type}" for name, sql_type, _, _ in _SAVE_PARAMETERS)
     unknown = "'" + UNKNOWN_TYPE.replace("'", "''") + "'"
     unknown_literal = unknown.replace("'", "''")  # inside a quoted statement
-    quoted = schema.replace("'", "''")
+    table_variables = _table_variables(schema, _SAVE_TABLES) + "\n  v_shard bigint;"
+    local_shards = _local_shards(schema, _SAVE_TABLES)
     return f"""CREATE OR REPLACE FUNCTION {schema}.{SAVE_FUNCTION}(
   {parameters})
 RETURNS TABLE (turn_id bigint, resolution_needed boolean)
@@ -111,13 +161,16 @@ DECLARE
   v_count integer := 0;
   i integer;
   j integer;
+{table_variables}
 BEGIN
   -- The session's lock, shared, here on the shard's worker (see the module), waited for
-  -- as long as the store's lock_timeout allows.
+  -- as long as the store's lock_timeout allows (the shard group's lock too).
   PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
   PERFORM pg_advisory_xact_lock_shared({SESSION_LOCK_NAMESPACE}, hashtext(p_session_id));
+{local_shards}
   -- A turn of the session newer than the ids read: the unit of work saves this one.
-  SELECT max(x.id) INTO v_newest FROM {schema}.turns x WHERE x.session_id = p_session_id;
+  EXECUTE format('SELECT max(x.id) FROM %s x WHERE x.session_id = $1', v_turns)
+    INTO v_newest USING p_session_id;
   IF p_turn_id <= v_newest THEN
     RETURN QUERY SELECT NULL::bigint, true;
     RETURN;
@@ -126,16 +179,19 @@ BEGIN
   -- entity has, or that names no entity while an entity or an alias has its core. One
   -- statement per table, each on one table filtered by the session at its top (every
   -- statement on a distributed table costs Citus a planning here: as few as can be).
-  FOR r IN SELECT x.id, x.name_key, x.core_key FROM {schema}.entities x
-            WHERE x.session_id = p_session_id
-              AND (x.name_key = ANY (p_name_key) OR x.core_key = ANY (p_core_key)) LOOP
+  FOR r IN EXECUTE format('SELECT x.id, x.name_key, x.core_key FROM %s x'
+                          ' WHERE x.session_id = $1'
+                          ' AND (x.name_key = ANY ($2) OR x.core_key = ANY ($3))', v_entities)
+           USING p_session_id, p_name_key, p_core_key LOOP
     v_keys := v_keys || r.name_key;
     v_ids := v_ids || r.id;
     v_cores := v_cores || r.core_key;
   END LOOP;
-  FOR r IN SELECT x.alias_key, x.core_key, x.entity_id FROM {schema}.entity_aliases x
-            WHERE x.session_id = p_session_id
-              AND (x.alias_key = ANY (p_name_key) OR x.core_key = ANY (p_core_key)) LOOP
+  FOR r IN EXECUTE format('SELECT x.alias_key, x.core_key, x.entity_id FROM %s x'
+                          ' WHERE x.session_id = $1'
+                          ' AND (x.alias_key = ANY ($2) OR x.core_key = ANY ($3))',
+                          v_entity_aliases)
+           USING p_session_id, p_name_key, p_core_key LOOP
     v_alias_keys := v_alias_keys || r.alias_key;
     v_alias_entities := v_alias_entities || r.entity_id;
     v_cores := v_cores || r.core_key;
@@ -156,12 +212,13 @@ BEGIN
       RETURN;
     END IF;
   END LOOP;
-  INSERT INTO {schema}.turns AS t
-    (id, session_id, input_text, output_text, entity_names, created_at, idempotency_key)
-  VALUES (p_turn_id, p_session_id, p_input_text, p_output_text, p_entity_names,
-          p_turn_created_at, p_idempotency_key)
-  ON CONFLICT (session_id, idempotency_key) DO NOTHING
-  RETURNING t.id INTO v_turn;
+  EXECUTE format('INSERT INTO %s AS t'
+                 ' (id, session_id, input_text, output_text, entity_names, created_at,'
+                 ' idempotency_key) VALUES ($1, $2, $3, $4, $5, $6, $7)'
+                 ' ON CONFLICT (session_id, idempotency_key) DO NOTHING RETURNING t.id', v_turns)
+    INTO v_turn
+    USING p_turn_id, p_session_id, p_input_text, p_output_text, p_entity_names,
+          p_turn_created_at, p_idempotency_key;
   IF v_turn IS NULL THEN  -- the idempotency key was used in the session
     RETURN QUERY SELECT NULL::bigint, false;
     RETURN;
@@ -180,8 +237,9 @@ BEGIN
     END LOOP;
     v_snippets := '';
     FOR r IN EXECUTE
-      'INSERT INTO {quoted}.entities AS e (id, session_id, name_key, core_key, name, entity_type,'
-      ' first_seen, last_seen, first_turn_id, first_position) VALUES ' || v_rows || '
+      'INSERT INTO ' || v_entities || ' AS e (id, session_id, name_key, core_key, name,'
+      ' entity_type, first_seen, last_seen, first_turn_id, first_position) VALUES '
+      || v_rows || '
       ON CONFLICT (session_id, name_key) DO UPDATE SET
         name = CASE WHEN excluded.first_turn_id < e.first_turn_id
                     THEN excluded.name ELSE e.name END,
@@ -201,14 +259,14 @@ BEGIN
         || format('(%L, %L, %L, %L, %L, %L, %L)', p_context_ids[v_count], p_session_id, r.id,
                   v_turn, v_turn, p_text, p_created_at);
     END LOOP;
-    EXECUTE 'INSERT INTO {quoted}.contexts (id, session_id, entity_id, turn_id, turn_seq,'
+    EXECUTE 'INSERT INTO ' || v_contexts || ' (id, session_id, entity_id, turn_id, turn_seq,'
       ' text, created_at) VALUES ' || v_snippets;
   END IF;
-  INSERT INTO {schema}.extractions
-    (id, session_id, turn_id, extractor, status, error, latency_ms, entity_count, attempts,
-     updated_at)
-  VALUES (p_ledger_id, p_session_id, v_turn, p_extractor, p_status, p_error, p_latency_ms,
-          p_entity_count, p_attempts, p_updated_at);
+  EXECUTE format('INSERT INTO %s (id, session_id, turn_id, extractor, status, error,'
+                 ' latency_ms, entity_count, attempts, updated_at)'
+                 ' VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', v_extractions)
+    USING p_ledger_id, p_session_id, v_turn, p_extractor, p_status, p_error, p_latency_ms,
+          p_entity_count, p_attempts, p_updated_at;
   RETURN QUERY SELECT v_turn, false;
 END
 $function$"""
@@ -232,10 +290,14 @@ def _recall_definition(schema: str) -> str:
     entities keyed or cored as a key, the aliases keyed or cored so and their entities,
     then the newest snippets of each entity found."""
     columns = ", ".join(f"{name} {sql_type}" for name, sql_type in _RECALL_COLUMNS)
+    table_variables = _table_variables(schema, _RECALL_TABLES) + "\n  v_shard bigint;"
+    local_shards = _local_shards(schema, _RECALL_TABLES)
+    # Volatile, as the save: each statement reads what has committed when it starts, the
+    # placement after the lock among them.
     return f"""CREATE OR REPLACE FUNCTION {schema}.{RECALL_FUNCTION}(
   p_session_id varchar, p_keys varchar[], p_limit integer)
 RETURNS TABLE ({columns})
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -253,23 +315,26 @@ DECLARE
   v_aliases varchar[] := '{{}}';
   v_alias_keys text[] := '{{}}';
   v_alias_cores text[] := '{{}}';
+{table_variables}
 BEGIN
+{local_shards}
   -- The session's aliases keyed or cored as a name, then its entities keyed or cored so
   -- and those the aliases name: one statement each.
-  FOR r IN SELECT x.entity_id, x.alias, x.alias_key, x.core_key
-             FROM {schema}.entity_aliases x
-            WHERE x.session_id = p_session_id
-              AND (x.alias_key = ANY (p_keys) OR x.core_key = ANY (p_keys)) LOOP
+  FOR r IN EXECUTE format('SELECT x.entity_id, x.alias, x.alias_key, x.core_key FROM %s x'
+                          ' WHERE x.session_id = $1'
+                          ' AND (x.alias_key = ANY ($2) OR x.core_key = ANY ($2))',
+                          v_entity_aliases)
+           USING p_session_id, p_keys LOOP
     v_alias_entities := v_alias_entities || r.entity_id;
     v_aliases := v_aliases || r.alias;
     v_alias_keys := v_alias_keys || r.alias_key;
     v_alias_cores := v_alias_cores || r.core_key;
   END LOOP;
-  FOR r IN SELECT x.id, x.name_key, x.name, x.core_key, x.entity_type
-             FROM {schema}.entities x
-            WHERE x.session_id = p_session_id
-              AND (x.name_key = ANY (p_keys) OR x.core_key = ANY (p_keys)
-                   OR x.id = ANY (v_alias_entities)) LOOP
+  FOR r IN EXECUTE format('SELECT x.id, x.name_key, x.name, x.core_key, x.entity_type'
+                          ' FROM %s x WHERE x.session_id = $1'
+                          ' AND (x.name_key = ANY ($2) OR x.core_key = ANY ($2)'
+                          ' OR x.id = ANY ($3))', v_entities)
+           USING p_session_id, p_keys, v_alias_entities LOOP
     v_ids := v_ids || r.id;
     v_keys := v_keys || r.name_key;
     v_names := v_names || r.name;
@@ -308,13 +373,11 @@ BEGIN
   END LOOP;
   -- Each entity's newest snippets (the index by session, entity and recency).
   FOR i IN 1 .. coalesce(array_length(v_ids, 1), 0) LOOP
-    RETURN QUERY
-      SELECT v_names[i], v_keys[i], v_types[i], c.text, c.turn_seq, c.id, c.created_at,
-             NULL::text
-        FROM {schema}.contexts c
-       WHERE c.session_id = p_session_id AND c.entity_id = v_ids[i]
-       ORDER BY c.turn_seq DESC, c.id DESC
-       LIMIT p_limit;
+    RETURN QUERY EXECUTE
+      format('SELECT $1, $2, $3, c.text, c.turn_seq, c.id, c.created_at, NULL::text'
+             ' FROM %s c WHERE c.session_id = $4 AND c.entity_id = $5'
+             ' ORDER BY c.turn_seq DESC, c.id DESC LIMIT $6', v_contexts)
+      USING v_names[i], v_keys[i], v_types[i], p_session_id, v_ids[i], p_limit;
   END LOOP;
 END
 $function$"""
