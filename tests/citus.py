@@ -173,3 +173,15 @@ def strict(engine_options: Callable[..., Any]) -> Callable[..., Any]:
         return driver_url, found
 
     return options
+
+
+# A call of the save function as the coordinator sends it (``turns.delegated``): a turn of the
+# session 'acme' naming Acme Corp and Berlin, its rows' ids from ``turn`` up.
+SAVE_CALL = (
+    "SELECT * FROM zerda_save_turn_v1('acme', 'Acme Corp and Berlin', 'ok', "
+    "'[\"Acme Corp\", \"Berlin\"]'::json, 9.0, NULL, 'llm', 'ok', NULL, 1.0, 2, 1, "
+    "9.0, ARRAY['acme corp', 'berlin'], ARRAY['acme', 'berlin'], "
+    "ARRAY['Acme Corp', 'Berlin'], ARRAY['ORG', 'LOC'], ARRAY[0, 1], "
+    "'Acme Corp and Berlin', 9.0, {turn}, ARRAY[{turn} + 1, {turn} + 2], "
+    "ARRAY[{turn} + 3, {turn} + 4], {turn} + 5, 5000)"
+)

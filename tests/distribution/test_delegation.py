@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.citus import Cluster
+from tests.citus import SAVE_CALL, Cluster
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.db.sharding import Sharding, distributed
@@ -203,11 +203,13 @@ def test_a_shard_move_switching_placements_holds_delegated_calls_back(url: str) 
     assert "Sarah Chen again" in answers[0]
 
 
-def test_a_role_that_does_not_own_the_tables_saves_and_recalls_the_same(
-    url: str, citus_cluster: Cluster
+def test_a_role_that_does_not_own_the_tables_saves_and_recalls_by_the_routed_statements(
+    url: str,
 ) -> None:
-    """Citus lets only the tables' owner take a shard group's lock, so the functions leave
-    the shards to Citus for any other role: each statement routed, the same rows."""
+    """Citus lets only the tables' owner take a shard group's lock: a store whose role does
+    not own them routes its statements, as before ``db distribute`` made the functions, to
+    the same rows; the save function, called by such a role, writes nothing and answers
+    that the unit of work saves the turn."""
     role = f"zerda_user_{uuid.uuid4().hex[:8]}"
     engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     with engine.connect() as connection:
@@ -218,13 +220,22 @@ def test_a_role_that_does_not_own_the_tables_saves_and_recalls_the_same(
             f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}",
         ):
             connection.execute(sa.text(statement))
+    as_role = sa.make_url(url).set(username=role)
     try:
-        with Store(sa.make_url(url).set(username=role)) as user, Store(url) as owner:
-            assert distributed(core_of(user)) and core_of(user).statements(Sharding).delegated
+        with Store(as_role) as user, Store(url) as owner:
+            assert distributed(core_of(user)) and not core_of(user).statements(Sharding).delegated
+            assert distributed(core_of(owner)) and core_of(owner).statements(Sharding).delegated
             by_user = talk(user, "user")
             by_owner = talk(owner, "owner")
         assert by_user == by_owner
         assert session_rows(url, "user") == session_rows(url, "owner")
+        called = sa.create_engine(as_role)
+        try:
+            with called.connect() as connection:
+                answer = connection.execute(sa.text(SAVE_CALL.format(turn=9001))).all()
+        finally:
+            called.dispose()
+        assert [tuple(row) for row in answer] == [(None, True)]
     finally:
         with engine.connect() as connection:
             connection.execute(sa.text(f"DROP OWNED BY {role}"))

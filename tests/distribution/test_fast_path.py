@@ -26,7 +26,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from tests.citus import Cluster
+from tests.citus import SAVE_CALL, Cluster
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
 
@@ -110,35 +110,24 @@ def test_a_save_and_a_recall_are_each_one_call_run_on_the_sessions_worker(url: s
     assert planner(statement, messages) == "delegated"
 
 
-SAVE_CALL = (
-    "SELECT * FROM zerda_save_turn_v1('acme', 'Acme Corp and Berlin', 'ok', "
-    "'[\"Acme Corp\", \"Berlin\"]'::json, 9.0, NULL, 'llm', 'ok', NULL, 1.0, 2, 1, "
-    "9.0, ARRAY['acme corp', 'berlin'], ARRAY['acme', 'berlin'], "
-    "ARRAY['Acme Corp', 'Berlin'], ARRAY['ORG', 'LOC'], ARRAY[0, 1], "
-    "'Acme Corp and Berlin', 9.0, {turn}, ARRAY[{turn} + 1, {turn} + 2], "
-    "ARRAY[{turn} + 3, {turn} + 4], {turn} + 5, 5000)"
-)
 RECALL_CALL = "SELECT * FROM zerda_recall_v1('acme', ARRAY['acme corp', 'berlin'], 3)"
 
 
-def _run_on(
-    node: sa.URL, *statements: str, block: bool = False
-) -> tuple[list[list[str]], list[Any]]:
+def _run_on(node: sa.URL, *statements: str, block: bool = False) -> list[tuple[list[str], Any]]:
     """Each statement run on ``node`` as Citus runs a delegated call there (in a transaction
-    block: run there, not delegated further): Citus's planner messages for each, and the
-    last one's rows."""
+    block: run there, not delegated further): Citus's planner messages for each, and its
+    rows."""
     messages: list[str] = []
-    taken: list[list[str]] = []
-    rows: list[Any] = []
+    taken: list[tuple[list[str], Any]] = []
     with psycopg.connect(node.render_as_string(hide_password=False), autocommit=True) as conn:
         conn.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
         conn.execute("SET client_min_messages = debug2")
         for statement in statements:
             with conn.transaction() if block else nullcontext():
                 rows = conn.execute(statement).fetchall()
-            taken.append(list(messages))
+            taken.append((list(messages), rows))
             messages.clear()
-    return taken, rows
+    return taken
 
 
 def test_inside_the_functions_every_statement_is_on_the_sessions_shards(
@@ -146,9 +135,9 @@ def test_inside_the_functions_every_statement_is_on_the_sessions_shards(
 ) -> None:
     """Each function run on the worker that holds the session's shards, as Citus runs a
     delegated call there, reads and writes the shards themselves: Citus plans none of its
-    statements. Run on a worker that does not hold them (the shards moved after the
-    coordinator sent the call), each statement is routed to the shards' worker instead,
-    and the turn is stored and recalled the same."""
+    statements. On a worker that does not hold them (the shards moved after the
+    coordinator sent the call), the save writes nothing and answers that the unit of work
+    saves the turn, and the recall's two statements are each routed whole to the shards."""
     with Store(url) as store:
         memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="acme", store=store)
         memory.save_context({"input": "Sarah Chen of Acme Corp"}, {"output": "Hello"})
@@ -165,13 +154,17 @@ def test_inside_the_functions_every_statement_is_on_the_sessions_shards(
     here = sa.make_url(url).set(port=holder, drivername="postgresql")
     elsewhere = here.set(port=other)
 
-    (save, recall), rows = _run_on(here, SAVE_CALL.format(turn=9001), RECALL_CALL)
+    (save, saved), (recall, rows) = _run_on(here, SAVE_CALL.format(turn=9001), RECALL_CALL)
+    assert saved == [(9001, False)]
     assert {row[3] for row in rows if row[5] is not None} >= {"Acme Corp and Berlin"}
     for messages in (save, recall):
         assert messages == ["not pushing down function to the same node"]
 
-    (save, recall), rows = _run_on(elsewhere, SAVE_CALL.format(turn=9101), RECALL_CALL, block=True)
-    assert sum(message == ROUTER_PLAN for message in save) == 7  # three reads, four inserts
-    assert sum(message == ROUTER_PLAN for message in recall) == 4  # two reads, two entities'
+    (save, saved), (recall, rows) = _run_on(
+        elsewhere, SAVE_CALL.format(turn=9101), RECALL_CALL, block=True
+    )
+    assert saved == [(None, True)]
+    assert ROUTER_PLAN not in save
+    assert sum(message == ROUTER_PLAN for message in recall) == 2
     snippets = [row[4] for row in rows if row[5] is not None and row[1] == "acme corp"]
-    assert snippets[:2] == [9101, 9001]  # the newest first: both saves are in the shard
+    assert snippets[:2] == [9001, 1]  # the newest first: the save above, the first turn's

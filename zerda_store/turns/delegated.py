@@ -96,10 +96,16 @@ _RECALL_TABLES = ("entities", "entity_aliases", "contexts")
 _SHARE_LOCK = 5
 
 
+def _quoted(value: str) -> str:
+    """``value`` as an SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 def _table_variables(schema: str, tables: tuple[str, ...]) -> str:
-    """PL/pgSQL declarations: a variable per table, naming the distributed table."""
-    quoted = schema.replace("'", "''")  # inside a quoted literal
-    return "\n".join(f"  v_{table} text := '{quoted}.{table}';" for table in tables)
+    """PL/pgSQL declarations: a variable per table, naming the distributed table; the
+    session's shard and whether it is here (:func:`_local_shards`)."""
+    names = "\n".join(f"  v_{table} text := {_quoted(schema + '.' + table)};" for table in tables)
+    return names + "\n  v_shard bigint;\n  v_local boolean := false;"
 
 
 def _local_shards(schema: str, tables: tuple[str, ...]) -> str:
@@ -115,11 +121,11 @@ def _local_shards(schema: str, tables: tuple[str, ...]) -> str:
     call), or for a role that does not own the tables (Citus lets only an owner take the
     lock), the variables keep the distributed tables and Citus routes each statement.
     """
-    quoted = schema.replace("'", "''")  # inside a quoted literal
-    anchor = f"'{quoted}.{tables[0]}'"
+    anchor = _quoted(f"{schema}.{tables[0]}")
     shards = "\n".join(
-        f"      v_{table} := shard_name('{quoted}.{table}', "
-        f"get_shard_id_for_distribution_column('{quoted}.{table}', p_session_id), false);"
+        f"      v_{table} := shard_name({_quoted(schema + '.' + table)}, "
+        f"get_shard_id_for_distribution_column({_quoted(schema + '.' + table)}, p_session_id), "
+        "false);"
         for table in tables
     )
     return f"""  IF pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = {anchor}::regclass),
@@ -128,6 +134,7 @@ def _local_shards(schema: str, tables: tuple[str, ...]) -> str:
     PERFORM lock_shard_metadata({_SHARE_LOCK}, ARRAY[v_shard]);
     IF EXISTS (SELECT 1 FROM pg_dist_placement p JOIN pg_dist_local_group l USING (groupid)
                 WHERE p.shardid = v_shard) THEN
+      v_local := true;
 {shards}
     END IF;
   END IF;"""
@@ -136,9 +143,7 @@ def _local_shards(schema: str, tables: tuple[str, ...]) -> str:
 def _save_definition(schema: str) -> str:
     """The save function; ``schema`` is the tables' (quoted), where it is created too."""
     parameters = ",\n  ".join(f"{name} {sql_type}" for name, sql_type, _, _ in _SAVE_PARAMETERS)
-    unknown = "'" + UNKNOWN_TYPE.replace("'", "''") + "'"
-    unknown_literal = unknown.replace("'", "''")  # inside a quoted statement
-    table_variables = _table_variables(schema, _SAVE_TABLES) + "\n  v_shard bigint;"
+    table_variables = _table_variables(schema, _SAVE_TABLES)
     local_shards = _local_shards(schema, _SAVE_TABLES)
     return f"""CREATE OR REPLACE FUNCTION {schema}.{SAVE_FUNCTION}(
   {parameters})
@@ -156,9 +161,6 @@ DECLARE
   v_turn bigint;
   v_newest bigint;
   v_own bigint;
-  v_rows text;
-  v_snippets text;
-  v_count integer := 0;
   i integer;
   j integer;
 {table_variables}
@@ -168,34 +170,41 @@ BEGIN
   PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
   PERFORM pg_advisory_xact_lock_shared({SESSION_LOCK_NAMESPACE}, hashtext(p_session_id));
 {local_shards}
+  IF NOT v_local THEN  -- the shards are elsewhere: the unit of work saves the turn
+    RETURN QUERY SELECT NULL::bigint, true;
+    RETURN;
+  END IF;
+  -- What the guard reads, in one statement: the session's newest turn (by the index on
+  -- session and id, whatever the statistics say), its entities keyed or cored as a
+  -- mention, and its aliases so.
+  FOR r IN EXECUTE format(
+      'SELECT 1 AS part, x.id, NULL::text AS key, NULL::text AS core, NULL::bigint AS entity'
+      ' FROM (SELECT t.id FROM %s t WHERE t.session_id = $1 ORDER BY t.id DESC LIMIT 1) x'
+      ' UNION ALL SELECT 2, x.id, x.name_key, x.core_key, NULL FROM %s x'
+      ' WHERE x.session_id = $1 AND (x.name_key = ANY ($2) OR x.core_key = ANY ($3))'
+      ' UNION ALL SELECT 3, NULL, x.alias_key, x.core_key, x.entity_id FROM %s x'
+      ' WHERE x.session_id = $1 AND (x.alias_key = ANY ($2) OR x.core_key = ANY ($3))',
+      v_turns, v_entities, v_entity_aliases)
+    USING p_session_id, p_name_key, p_core_key LOOP
+    IF r.part = 1 THEN
+      v_newest := r.id;
+    ELSIF r.part = 2 THEN
+      v_keys := v_keys || r.key;
+      v_ids := v_ids || r.id;
+      v_cores := v_cores || r.core;
+    ELSE
+      v_alias_keys := v_alias_keys || r.key;
+      v_alias_entities := v_alias_entities || r.entity;
+      v_cores := v_cores || r.core;
+    END IF;
+  END LOOP;
   -- A turn of the session newer than the ids read: the unit of work saves this one.
-  EXECUTE format('SELECT max(x.id) FROM %s x WHERE x.session_id = $1', v_turns)
-    INTO v_newest USING p_session_id;
   IF p_turn_id <= v_newest THEN
     RETURN QUERY SELECT NULL::bigint, true;
     RETURN;
   END IF;
   -- The guard (single_trip._resolution_needed): a mention whose key an alias of another
-  -- entity has, or that names no entity while an entity or an alias has its core. One
-  -- statement per table, each on one table filtered by the session at its top (every
-  -- statement on a distributed table costs Citus a planning here: as few as can be).
-  FOR r IN EXECUTE format('SELECT x.id, x.name_key, x.core_key FROM %s x'
-                          ' WHERE x.session_id = $1'
-                          ' AND (x.name_key = ANY ($2) OR x.core_key = ANY ($3))', v_entities)
-           USING p_session_id, p_name_key, p_core_key LOOP
-    v_keys := v_keys || r.name_key;
-    v_ids := v_ids || r.id;
-    v_cores := v_cores || r.core_key;
-  END LOOP;
-  FOR r IN EXECUTE format('SELECT x.alias_key, x.core_key, x.entity_id FROM %s x'
-                          ' WHERE x.session_id = $1'
-                          ' AND (x.alias_key = ANY ($2) OR x.core_key = ANY ($3))',
-                          v_entity_aliases)
-           USING p_session_id, p_name_key, p_core_key LOOP
-    v_alias_keys := v_alias_keys || r.alias_key;
-    v_alias_entities := v_alias_entities || r.entity_id;
-    v_cores := v_cores || r.core_key;
-  END LOOP;
+  -- entity has, or that names no entity while an entity or an alias has its core.
   FOR i IN 1 .. coalesce(array_length(p_name_key, 1), 0) LOOP
     v_own := NULL;
     FOR j IN 1 .. coalesce(array_length(v_keys, 1), 0) LOOP
@@ -212,61 +221,48 @@ BEGIN
       RETURN;
     END IF;
   END LOOP;
-  EXECUTE format('INSERT INTO %s AS t'
-                 ' (id, session_id, input_text, output_text, entity_names, created_at,'
-                 ' idempotency_key) VALUES ($1, $2, $3, $4, $5, $6, $7)'
-                 ' ON CONFLICT (session_id, idempotency_key) DO NOTHING RETURNING t.id', v_turns)
+  -- The writes, in one statement: the turn once per idempotency key; then, when it was
+  -- written, the entities upserted in key order (the mentions' order), a snippet of each
+  -- (its id by its mention's place) and the ledger row.
+  EXECUTE format(
+      'WITH t AS (INSERT INTO %s AS t (id, session_id, input_text, output_text,'
+      ' entity_names, created_at, idempotency_key) VALUES ($1, $2, $3, $4, $5, $6, $7)'
+      ' ON CONFLICT (session_id, idempotency_key) DO NOTHING RETURNING t.id),'
+      ' e AS (INSERT INTO %s AS e (id, session_id, name_key, core_key, name, entity_type,'
+      ' first_seen, last_seen, first_turn_id, first_position)'
+      ' SELECT u.id, $2, u.name_key, u.core_key, u.name, u.entity_type, $8, $8, t.id,'
+      ' u.first_position FROM t, unnest($9::bigint[], $10::text[], $11::text[],'
+      ' $12::varchar[], $13::varchar[], $14::integer[]) WITH ORDINALITY'
+      ' u(id, name_key, core_key, name, entity_type, first_position, n) ORDER BY u.n'
+      ' ON CONFLICT (session_id, name_key) DO UPDATE SET'
+      ' name = CASE WHEN excluded.first_turn_id < e.first_turn_id'
+      ' THEN excluded.name ELSE e.name END,'
+      ' first_seen = CASE WHEN excluded.first_turn_id < e.first_turn_id'
+      ' THEN excluded.first_seen ELSE e.first_seen END,'
+      ' first_turn_id = CASE WHEN excluded.first_turn_id < e.first_turn_id'
+      ' THEN excluded.first_turn_id ELSE e.first_turn_id END,'
+      ' first_position = CASE WHEN excluded.first_turn_id < e.first_turn_id'
+      ' THEN excluded.first_position ELSE e.first_position END,'
+      ' last_seen = CASE WHEN excluded.last_seen > e.last_seen'
+      ' THEN excluded.last_seen ELSE e.last_seen END,'
+      ' entity_type = CASE WHEN e.entity_type = $15'
+      ' THEN excluded.entity_type ELSE e.entity_type END'
+      ' RETURNING e.id, e.name_key),'
+      ' c AS (INSERT INTO %s (id, session_id, entity_id, turn_id, turn_seq, text, created_at)'
+      ' SELECT ($16::bigint[])[k.n], $2, e.id, t.id, t.id, $17, $8 FROM t, e'
+      ' JOIN unnest($10::text[]) WITH ORDINALITY k(name_key, n) ON k.name_key = e.name_key),'
+      ' x AS (INSERT INTO %s (id, session_id, turn_id, extractor, status, error, latency_ms,'
+      ' entity_count, attempts, updated_at)'
+      ' SELECT $18, $2, t.id, $19, $20, $21, $22, $23, $24, $25 FROM t)'
+      ' SELECT t.id FROM t',
+      v_turns, v_entities, v_contexts, v_extractions)
     INTO v_turn
     USING p_turn_id, p_session_id, p_input_text, p_output_text, p_entity_names,
-          p_turn_created_at, p_idempotency_key;
-  IF v_turn IS NULL THEN  -- the idempotency key was used in the session
-    RETURN QUERY SELECT NULL::bigint, false;
-    RETURN;
-  END IF;
-  -- The entities, upserted in key order, then a snippet each: one statement each, its
-  -- rows written as literals (the session's too, which lets Citus plan it for the local
-  -- shard alone).
-  IF array_length(p_name_key, 1) > 0 THEN
-    v_rows := '';
-    FOR i IN 1 .. array_length(p_name_key, 1) LOOP
-      v_rows := v_rows || CASE WHEN i > 1 THEN ', ' ELSE '' END
-        || format('(%L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', p_entity_ids[i], p_session_id,
-                  p_name_key[i],
-                  p_core_key[i], p_name[i], p_entity_type[i], p_created_at, p_created_at,
-                  v_turn, p_first_position[i]);
-    END LOOP;
-    v_snippets := '';
-    FOR r IN EXECUTE
-      'INSERT INTO ' || v_entities || ' AS e (id, session_id, name_key, core_key, name,'
-      ' entity_type, first_seen, last_seen, first_turn_id, first_position) VALUES '
-      || v_rows || '
-      ON CONFLICT (session_id, name_key) DO UPDATE SET
-        name = CASE WHEN excluded.first_turn_id < e.first_turn_id
-                    THEN excluded.name ELSE e.name END,
-        first_seen = CASE WHEN excluded.first_turn_id < e.first_turn_id
-                          THEN excluded.first_seen ELSE e.first_seen END,
-        first_turn_id = CASE WHEN excluded.first_turn_id < e.first_turn_id
-                             THEN excluded.first_turn_id ELSE e.first_turn_id END,
-        first_position = CASE WHEN excluded.first_turn_id < e.first_turn_id
-                              THEN excluded.first_position ELSE e.first_position END,
-        last_seen = CASE WHEN excluded.last_seen > e.last_seen
-                         THEN excluded.last_seen ELSE e.last_seen END,
-        entity_type = CASE WHEN e.entity_type = {unknown_literal}
-                           THEN excluded.entity_type ELSE e.entity_type END
-      RETURNING e.id' LOOP
-      v_count := v_count + 1;
-      v_snippets := v_snippets || CASE WHEN v_count > 1 THEN ', ' ELSE '' END
-        || format('(%L, %L, %L, %L, %L, %L, %L)', p_context_ids[v_count], p_session_id, r.id,
-                  v_turn, v_turn, p_text, p_created_at);
-    END LOOP;
-    EXECUTE 'INSERT INTO ' || v_contexts || ' (id, session_id, entity_id, turn_id, turn_seq,'
-      ' text, created_at) VALUES ' || v_snippets;
-  END IF;
-  EXECUTE format('INSERT INTO %s (id, session_id, turn_id, extractor, status, error,'
-                 ' latency_ms, entity_count, attempts, updated_at)'
-                 ' VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', v_extractions)
-    USING p_ledger_id, p_session_id, v_turn, p_extractor, p_status, p_error, p_latency_ms,
+          p_turn_created_at, p_idempotency_key, p_created_at, p_entity_ids, p_name_key,
+          p_core_key, p_name, p_entity_type, p_first_position, {_quoted(UNKNOWN_TYPE)}::text,
+          p_context_ids, p_text, p_ledger_id, p_extractor, p_status, p_error, p_latency_ms,
           p_entity_count, p_attempts, p_updated_at;
+  -- No turn: the idempotency key was used in the session.
   RETURN QUERY SELECT v_turn, false;
 END
 $function$"""
@@ -285,12 +281,13 @@ _RECALL_COLUMNS = (
 
 
 def _recall_definition(schema: str) -> str:
-    """The recall function: the resolving recall's rows (:mod:`resolving_recall`), each
-    statement on one table filtered by the session at its top (Citus's fast path): the
-    entities keyed or cored as a key, the aliases keyed or cored so and their entities,
-    then the newest snippets of each entity found."""
+    """The recall function: the resolving recall's rows (:mod:`resolving_recall`), in two
+    statements, each filtered by the session in every part (which Citus routes whole to
+    the session's shards where they are not on this node): the entities keyed or cored as
+    a key or named by such an alias, with those aliases; then the newest snippets of each
+    entity found."""
     columns = ", ".join(f"{name} {sql_type}" for name, sql_type in _RECALL_COLUMNS)
-    table_variables = _table_variables(schema, _RECALL_TABLES) + "\n  v_shard bigint;"
+    table_variables = _table_variables(schema, _RECALL_TABLES)
     local_shards = _local_shards(schema, _RECALL_TABLES)
     # Volatile, as the save: each statement reads what has committed when it starts, the
     # placement after the lock among them.
@@ -318,28 +315,30 @@ DECLARE
 {table_variables}
 BEGIN
 {local_shards}
-  -- The session's aliases keyed or cored as a name, then its entities keyed or cored so
-  -- and those the aliases name: one statement each.
-  FOR r IN EXECUTE format('SELECT x.entity_id, x.alias, x.alias_key, x.core_key FROM %s x'
-                          ' WHERE x.session_id = $1'
-                          ' AND (x.alias_key = ANY ($2) OR x.core_key = ANY ($2))',
-                          v_entity_aliases)
-           USING p_session_id, p_keys LOOP
-    v_alias_entities := v_alias_entities || r.entity_id;
-    v_aliases := v_aliases || r.alias;
-    v_alias_keys := v_alias_keys || r.alias_key;
-    v_alias_cores := v_alias_cores || r.core_key;
-  END LOOP;
-  FOR r IN EXECUTE format('SELECT x.id, x.name_key, x.name, x.core_key, x.entity_type'
-                          ' FROM %s x WHERE x.session_id = $1'
-                          ' AND (x.name_key = ANY ($2) OR x.core_key = ANY ($2)'
-                          ' OR x.id = ANY ($3))', v_entities)
-           USING p_session_id, p_keys, v_alias_entities LOOP
-    v_ids := v_ids || r.id;
-    v_keys := v_keys || r.name_key;
-    v_names := v_names || r.name;
-    v_cores := v_cores || r.core_key;
-    v_types := v_types || r.entity_type;
+  -- The session's entities keyed or cored as a name or named by an alias keyed or cored
+  -- so, and those aliases.
+  FOR r IN EXECUTE format(
+      'SELECT 1 AS part, x.id, x.name_key, x.name, x.core_key, x.entity_type,'
+      ' NULL::varchar AS alias FROM %s x WHERE x.session_id = $1'
+      ' AND (x.name_key = ANY ($2) OR x.core_key = ANY ($2) OR x.id IN (SELECT a.entity_id'
+      ' FROM %s a WHERE a.session_id = $1'
+      ' AND (a.alias_key = ANY ($2) OR a.core_key = ANY ($2))))'
+      ' UNION ALL SELECT 2, a.entity_id, a.alias_key, NULL, a.core_key, NULL, a.alias FROM %s a'
+      ' WHERE a.session_id = $1 AND (a.alias_key = ANY ($2) OR a.core_key = ANY ($2))',
+      v_entities, v_entity_aliases, v_entity_aliases)
+    USING p_session_id, p_keys LOOP
+    IF r.part = 1 THEN
+      v_ids := v_ids || r.id;
+      v_keys := v_keys || r.name_key;
+      v_names := v_names || r.name;
+      v_cores := v_cores || r.core_key;
+      v_types := v_types || r.entity_type;
+    ELSE
+      v_alias_entities := v_alias_entities || r.id;
+      v_aliases := v_aliases || r.alias;
+      v_alias_keys := v_alias_keys || r.name_key;
+      v_alias_cores := v_alias_cores || r.core_key;
+    END IF;
   END LOOP;
   -- The candidates, in the order of the statement's parts: entities keyed as a name, then
   -- cored as one; aliases keyed as one, then cored (each with its entity's key and name).
@@ -371,14 +370,20 @@ BEGIN
       END LOOP;
     END IF;
   END LOOP;
-  -- Each entity's newest snippets (the index by session, entity and recency).
-  FOR i IN 1 .. coalesce(array_length(v_ids, 1), 0) LOOP
-    RETURN QUERY EXECUTE
-      format('SELECT $1, $2, $3, c.text, c.turn_seq, c.id, c.created_at, NULL::text'
-             ' FROM %s c WHERE c.session_id = $4 AND c.entity_id = $5'
-             ' ORDER BY c.turn_seq DESC, c.id DESC LIMIT $6', v_contexts)
-      USING v_names[i], v_keys[i], v_types[i], p_session_id, v_ids[i], p_limit;
-  END LOOP;
+  -- Each entity's newest snippets (the index by session, entity and recency), in the
+  -- entities' order.
+  IF v_ids = '{{}}' THEN
+    RETURN;
+  END IF;
+  RETURN QUERY EXECUTE format(
+      'SELECT u.name, u.name_key, u.entity_type, c.text, c.turn_seq, c.id, c.created_at,'
+      ' NULL::text FROM unnest($1::bigint[], $2::varchar[], $3::text[], $4::varchar[])'
+      ' WITH ORDINALITY u(id, name, name_key, entity_type, n)'
+      ' CROSS JOIN LATERAL (SELECT c.text, c.turn_seq, c.id, c.created_at FROM %s c'
+      ' WHERE c.session_id = $5 AND c.entity_id = u.id'
+      ' ORDER BY c.turn_seq DESC, c.id DESC LIMIT $6) c'
+      ' ORDER BY u.n, c.turn_seq DESC, c.id DESC', v_contexts)
+    USING v_ids, v_names, v_keys, v_types, p_session_id, p_limit;
 END
 $function$"""
 
