@@ -54,17 +54,12 @@ _DISTRIBUTED = sa.text(
     WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
     """
 )
-# Which of the functions are distributed, each by a session argument, in the current schema,
-# when the role owns the tables (the functions read and write a session's shards under the
-# lock Citus lets only the tables' owner take; for another role they would leave every
-# save to the unit of work).
+# Which of the functions are distributed, each by a session argument, in the current schema.
 _DELEGATED = sa.text(
     """
     SELECT p.proname FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid
     WHERE d.classid = 'pg_proc'::regclass AND d.distribution_argument_index IS NOT NULL
       AND p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
-      AND pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.relname = 'turns'
-                         AND c.relnamespace = p.pronamespace), 'USAGE')
     """
 )
 _CITUS_VERSION = sa.text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")
@@ -92,7 +87,7 @@ def distributed_tables(connection: Connection) -> dict[str, str]:
 
 def delegated_functions(connection: Connection) -> bool:
     """Whether every function of :data:`DELEGATED_FUNCTIONS` is distributed in the current
-    schema (``db distribute`` of this release has run), for a role that owns the tables."""
+    schema (``db distribute`` of this release has run)."""
     found = set(connection.execute(_DELEGATED).scalars())
     return found.issuperset(DELEGATED_FUNCTIONS)
 

@@ -91,10 +91,6 @@ _SAVE_PARAMETERS: tuple[tuple[str, str, str, Any], ...] = (
 _SAVE_TABLES = ("turns", "entities", "entity_aliases", "contexts", "extractions")
 _RECALL_TABLES = ("entities", "entity_aliases", "contexts")
 
-# Citus's number for the lock its own writes take on a shard group's placement (Postgres's
-# ShareLock), which a shard move or split takes exclusively while it switches placements.
-_SHARE_LOCK = 5
-
 
 def _quoted(value: str) -> str:
     """``value`` as an SQL string literal."""
@@ -108,35 +104,36 @@ def _table_variables(schema: str, tables: tuple[str, ...]) -> str:
     return names + "\n  v_shard bigint;\n  v_local boolean := false;"
 
 
-def _local_shards(schema: str, tables: tuple[str, ...]) -> str:
-    """PL/pgSQL: point each table's variable at its shard when the session's shard group
-    is on this node and stays here while the call runs.
+def _local_shards(schema: str, tables: tuple[str, ...], *, writes: bool) -> str:
+    """PL/pgSQL: point each table's variable at its shard, and set ``v_local``, when the
+    session's shard group is placed on this node.
 
     A statement on a distributed table costs Citus a planning on this node (docs/citus.md,
-    Cost); one on the shard itself, a plain Postgres planning. The call takes, on the
-    session's shard group, the lock Citus's own writes take (``lock_shard_metadata``,
-    shared), which a move or a split takes exclusively to switch the group's placements;
-    holding it, it finds the placement on this node (``pg_dist_placement``, read after the
-    lock) and uses the shards. Elsewhere (the group moved since the coordinator sent the
-    call), or for a role that does not own the tables (Citus lets only an owner take the
-    lock), the variables keep the distributed tables and Citus routes each statement.
+    Cost); one on the shard itself, a plain Postgres planning. A call that ``writes`` first
+    runs, through the distributed table, an update that changes nothing: Citus takes for
+    it the lock on the session's shard group its writes take (shared), which a move or a
+    split takes exclusively on every node while it switches the group to new placements,
+    and which the call then holds to its end. The placement is read after that lock: a
+    call that waited for a move finds the group gone. A read needs no lock: as Citus's own
+    reads, it reads the placement it finds.
     """
     anchor = _quoted(f"{schema}.{tables[0]}")
     shards = "\n".join(
-        f"      v_{table} := shard_name({_quoted(schema + '.' + table)}, "
+        f"    v_{table} := shard_name({_quoted(schema + '.' + table)}, "
         f"get_shard_id_for_distribution_column({_quoted(schema + '.' + table)}, p_session_id), "
         "false);"
         for table in tables
     )
-    return f"""  IF pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = {anchor}::regclass),
-                 'USAGE') THEN
-    v_shard := get_shard_id_for_distribution_column({anchor}, p_session_id);
-    PERFORM lock_shard_metadata({_SHARE_LOCK}, ARRAY[v_shard]);
-    IF EXISTS (SELECT 1 FROM pg_dist_placement p JOIN pg_dist_local_group l USING (groupid)
-                WHERE p.shardid = v_shard) THEN
-      v_local := true;
+    lock = (
+        f"  UPDATE {schema}.turns x SET id = x.id WHERE x.session_id = p_session_id AND x.id < 0;\n"
+        if writes
+        else ""
+    )
+    return f"""{lock}  v_shard := get_shard_id_for_distribution_column({anchor}, p_session_id);
+  IF EXISTS (SELECT 1 FROM pg_dist_placement p JOIN pg_dist_local_group l USING (groupid)
+              WHERE p.shardid = v_shard) THEN
+    v_local := true;
 {shards}
-    END IF;
   END IF;"""
 
 
@@ -144,7 +141,7 @@ def _save_definition(schema: str) -> str:
     """The save function; ``schema`` is the tables' (quoted), where it is created too."""
     parameters = ",\n  ".join(f"{name} {sql_type}" for name, sql_type, _, _ in _SAVE_PARAMETERS)
     table_variables = _table_variables(schema, _SAVE_TABLES)
-    local_shards = _local_shards(schema, _SAVE_TABLES)
+    local_shards = _local_shards(schema, _SAVE_TABLES, writes=True)
     return f"""CREATE OR REPLACE FUNCTION {schema}.{SAVE_FUNCTION}(
   {parameters})
 RETURNS TABLE (turn_id bigint, resolution_needed boolean)
@@ -170,7 +167,7 @@ BEGIN
   PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
   PERFORM pg_advisory_xact_lock_shared({SESSION_LOCK_NAMESPACE}, hashtext(p_session_id));
 {local_shards}
-  IF NOT v_local THEN  -- the shards are elsewhere: the unit of work saves the turn
+  IF NOT v_local THEN  -- the shards are elsewhere (moved): the unit of work saves the turn
     RETURN QUERY SELECT NULL::bigint, true;
     RETURN;
   END IF;
@@ -288,7 +285,7 @@ def _recall_definition(schema: str) -> str:
     entity found."""
     columns = ", ".join(f"{name} {sql_type}" for name, sql_type in _RECALL_COLUMNS)
     table_variables = _table_variables(schema, _RECALL_TABLES)
-    local_shards = _local_shards(schema, _RECALL_TABLES)
+    local_shards = _local_shards(schema, _RECALL_TABLES, writes=False)
     # Volatile, as the save: each statement reads what has committed when it starts, the
     # placement after the lock among them.
     return f"""CREATE OR REPLACE FUNCTION {schema}.{RECALL_FUNCTION}(
