@@ -29,7 +29,7 @@ PLAN = [
     "SELECT create_distributed_table('identity_judgements', 'session_id', colocate_with => 'turns')",
 ]
 
-# Citus's three functions, as stand-ins that record their calls.
+# Citus's functions, as stand-ins that record their calls.
 STAND_INS = """
 CREATE TABLE citus_calls (n serial PRIMARY KEY, call text NOT NULL);
 CREATE FUNCTION create_reference_table(t regclass) RETURNS void LANGUAGE sql
@@ -47,9 +47,15 @@ CREATE FUNCTION create_distributed_function(
 # What the functions' statements print in a dry run, and the calls they make.
 FUNCTION_LINES = [
     f"-- CREATE OR REPLACE FUNCTION public.{name}( ..."
-    for name in ("zerda_save_turn_v1", "zerda_recall_v1", "zerda_session_lock_v1")
+    for name in (
+        "zerda_shard_lock_v1",
+        "zerda_save_turn_v1",
+        "zerda_recall_v1",
+        "zerda_session_lock_v1",
+    )
 ]
 FUNCTION_CALLS = [
+    "function zerda_shard_lock_v1 p_session_id turns false",
     "function zerda_save_turn_v1 p_session_id turns false",
     "function zerda_recall_v1 p_session_id turns false",
     "function zerda_session_lock_v1 p_session_id turns true",
@@ -183,10 +189,10 @@ def test_with_citus_and_the_rules_followed_the_dry_run_exits_0_and_runs_nothing(
 
     lines = succeeded(invoke(postgres_url, "db", "distribute", "--dry-run")).stdout.splitlines()
 
-    assert lines[: len(PLAN) + 3] == [f"{statement};" for statement in PLAN] + FUNCTION_LINES
-    assert [line.split("(", 1)[0] for line in lines[len(PLAN) + 3 :]] == [
+    assert lines[: len(PLAN) + 4] == [f"{statement};" for statement in PLAN] + FUNCTION_LINES
+    assert [line.split("(", 1)[0] for line in lines[len(PLAN) + 4 :]] == [
         "SELECT create_distributed_function"
-    ] * 3
+    ] * 4
     assert _calls(postgres_url) == []
 
 
@@ -205,6 +211,7 @@ def test_with_citus_the_run_in_json_says_what_ran(
         "statements": PLAN,
         "already_distributed": [],
         "functions": [
+            "public.zerda_shard_lock_v1",
             "public.zerda_save_turn_v1",
             "public.zerda_recall_v1",
             "public.zerda_session_lock_v1",

@@ -40,7 +40,9 @@ class Catalogued(Protocol):
 SAVE_FUNCTION = "zerda_save_turn_v1"
 RECALL_FUNCTION = "zerda_recall_v1"
 LOCK_FUNCTION = "zerda_session_lock_v1"
-DELEGATED_FUNCTIONS = (SAVE_FUNCTION, RECALL_FUNCTION, LOCK_FUNCTION)
+# What the save calls there first: the shard group's lock, as the tables' owner.
+SHARD_LOCK_FUNCTION = "zerda_shard_lock_v1"
+DELEGATED_FUNCTIONS = (SAVE_FUNCTION, RECALL_FUNCTION, LOCK_FUNCTION, SHARD_LOCK_FUNCTION)
 
 _HAS_CATALOG = sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
 # Citus's own catalog: how each table of the current schema is distributed (if at all).

@@ -49,7 +49,7 @@ from sqlalchemy.engine import Connection, Dialect
 
 from ..db.execution.driver import CompiledStatement, compile_statement
 from ..db.execution.unit_of_work import SESSION_LOCK_NAMESPACE
-from ..db.sharding import LOCK_FUNCTION, RECALL_FUNCTION, SAVE_FUNCTION
+from ..db.sharding import LOCK_FUNCTION, RECALL_FUNCTION, SAVE_FUNCTION, SHARD_LOCK_FUNCTION
 from ..errors import StoreError
 from ..model.names import UNKNOWN_TYPE
 
@@ -110,12 +110,11 @@ def _local_shards(schema: str, tables: tuple[str, ...], *, writes: bool) -> str:
 
     A statement on a distributed table costs Citus a planning on this node (docs/citus.md,
     Cost); one on the shard itself, a plain Postgres planning. A call that ``writes`` first
-    runs, through the distributed table, an update that changes nothing: Citus takes for
-    it the lock on the session's shard group its writes take (shared), which a move or a
-    split takes exclusively on every node while it switches the group to new placements,
-    and which the call then holds to its end. The placement is read after that lock: a
-    call that waited for a move finds the group gone. A read needs no lock: as Citus's own
-    reads, it reads the placement it finds.
+    takes, shared, the lock on the session's shard group that Citus's own writes take,
+    which a move or a split takes exclusively on every node while it switches the group to
+    new placements (:func:`_shard_lock_definition`), and holds it to its end; it reads the
+    placement after the lock, so that a call that waited for a move finds the group gone.
+    A read takes no lock: as Citus's own reads, it reads the placement it finds.
     """
     anchor = _quoted(f"{schema}.{tables[0]}")
     shards = "\n".join(
@@ -124,17 +123,49 @@ def _local_shards(schema: str, tables: tuple[str, ...], *, writes: bool) -> str:
         "false);"
         for table in tables
     )
-    lock = (
-        f"  UPDATE {schema}.turns x SET id = x.id WHERE x.session_id = p_session_id AND x.id < 0;\n"
-        if writes
-        else ""
-    )
-    return f"""{lock}  v_shard := get_shard_id_for_distribution_column({anchor}, p_session_id);
+    if writes:
+        shard = f"{schema}.{SHARD_LOCK_FUNCTION}(p_session_id)"
+    else:
+        shard = f"get_shard_id_for_distribution_column({anchor}, p_session_id)"
+    return f"""  v_shard := {shard};
   IF EXISTS (SELECT 1 FROM pg_dist_placement p JOIN pg_dist_local_group l USING (groupid)
               WHERE p.shardid = v_shard) THEN
     v_local := true;
 {shards}
   END IF;"""
+
+
+def _shard_lock_definition(schema: str) -> str:
+    """The session's shard group's lock, shared, as Citus's writes take it
+    (``lock_shard_metadata``); returns the session's ``turns`` shard, or NULL for a caller
+    that may not update ``turns`` (or where the function's owner does not own it).
+
+    Citus lets only the tables' owner take that lock, and the application's role need not
+    be (docs/operations.md, Roles): the function runs as its owner, the role that ran ``db
+    distribute``, and takes the lock for a caller that may write the rows anyway (a write
+    through Citus would take it for them).
+    """
+    turns = _quoted(f"{schema}.turns")
+    return f"""CREATE OR REPLACE FUNCTION {schema}.{SHARD_LOCK_FUNCTION}(
+  p_session_id varchar)
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+  v_shard bigint;
+BEGIN
+  IF NOT has_table_privilege(session_user, {turns}, 'UPDATE')
+     OR NOT pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = {turns}::regclass),
+                        'USAGE') THEN
+    RETURN NULL;
+  END IF;
+  v_shard := get_shard_id_for_distribution_column({turns}, p_session_id);
+  PERFORM lock_shard_metadata(5, ARRAY[v_shard]);  -- 5: ShareLock
+  RETURN v_shard;
+END
+$function$"""
 
 
 def _save_definition(schema: str) -> str:
@@ -411,9 +442,15 @@ def definitions(connection: Connection) -> list[str]:
     if "$function$" in schema:  # the bodies' quotes
         raise StoreError(f"the functions cannot be created in a schema named {schema}")
     quoted = schema.replace("'", "''")  # inside a quoted literal
-    statements = [_save_definition(schema), _recall_definition(schema), _lock_definition(schema)]
+    statements = [
+        _shard_lock_definition(schema),
+        _save_definition(schema),
+        _recall_definition(schema),
+        _lock_definition(schema),
+    ]
     save_signature = ", ".join(sql_type for _, sql_type, _, _ in _SAVE_PARAMETERS)
     for function, signature, forced in (
+        (SHARD_LOCK_FUNCTION, "varchar", "false"),
         (SAVE_FUNCTION, save_signature, "false"),
         (RECALL_FUNCTION, "varchar, varchar[], integer", "false"),
         (LOCK_FUNCTION, "varchar, boolean, integer", "true"),
