@@ -8,13 +8,15 @@ a ``UNION ALL``, a ``LATERAL`` join), pays the full router planner twice. Distri
 ``create_distributed_function(..., 'p_session_id', colocate_with => 'turns')``, a function
 called as ``SELECT ... FROM f(session_id, ...)`` outside a transaction block is sent whole
 to the worker that holds the session's shard, and its statements run there. A statement on
-a distributed table still costs Citus a planning there; so, holding the lock Citus's own
-writes take against a move of the session's shard group, each function reads and writes
-the group's shards themselves when they are on its node (:func:`_local_shards`), and
-leaves every statement to Citus only where they are not (docs/citus.md, Cost).
+a distributed table still costs Citus a planning there; so each function reads and writes
+the session's shards themselves when they are on its node (:func:`_local_shards`), the
+save under the lock Citus's own writes take against a move of the session's shard group
+(docs/citus.md, Cost).
 
 - The save (:data:`SAVE_FUNCTION`) takes the session's lock shared on the worker, bounded
-  by the store's ``lock_timeout``; then writes what :mod:`single_trip`'s statement writes:
+  by the store's ``lock_timeout``, and the shard group's (:data:`SHARD_LOCK_FUNCTION`);
+  where the group is not on its node (moved since the call was sent), it writes nothing.
+  Otherwise it writes, in one statement, what :mod:`single_trip`'s statement writes:
   the same guard (nothing is written when a name needs resolving), the turn once per
   idempotency key, the entities upserted in key order, a snippet each, the ledger row. Its
   rows' ids come from the coordinator's sequences, read first (:attr:`DelegatedCalls.ids`),
@@ -27,7 +29,8 @@ leaves every statement to Citus only where they are not (docs/citus.md, Cost).
 - The recall (:data:`RECALL_FUNCTION`) returns the rows of the resolving recall
   (:mod:`resolving_recall`), with the columns of an aged one: the candidates a name may
   join in the statement's order (entities keyed, then cored, as a name; aliases keyed,
-  then cored, so), then each entity's newest snippets.
+  then cored, so), then each entity's newest snippets: two statements, on the shards
+  where they are on its node, else through the distributed tables (Citus routes each).
 - The lock (:data:`LOCK_FUNCTION`): erasure, clear, import and the other writes that take
   the session's lock exclusively take it on the worker too, through this function,
   distributed with ``force_delegation`` so that Citus runs it there inside their
