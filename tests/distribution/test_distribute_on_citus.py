@@ -20,7 +20,12 @@ from zerda_store.db.citus.distribution import DISTRIBUTED_TABLES, REFERENCE_TABL
 pytestmark = pytest.mark.citus
 
 EVERY_TABLE = (*REFERENCE_TABLES, *DISTRIBUTED_TABLES)
-FUNCTIONS = ("zerda_save_turn_v1", "zerda_recall_v1", "zerda_session_lock_v1")
+FUNCTIONS = (
+    "zerda_shard_lock_v1",
+    "zerda_save_turn_v1",
+    "zerda_recall_v1",
+    "zerda_session_lock_v1",
+)
 
 
 @pytest.fixture
@@ -70,7 +75,8 @@ def test_a_second_distribute_says_what_is_distributed_and_changes_nothing(
         *(f"-- CREATE OR REPLACE FUNCTION public.{name}( ..." for name in FUNCTIONS),
         *(line for line in dry.splitlines() if "create_distributed_function" in line),
     ]
-    assert len([line for line in dry.splitlines() if "create_distributed_function" in line]) == 3
+    distributing = [line for line in dry.splitlines() if "create_distributed_function" in line]
+    assert len(distributing) == len(FUNCTIONS)
     again = succeeded(invoke(empty_citus_url, "db", "distribute")).stdout.splitlines()
     assert again == [
         *(f"already distributed: {table}" for table in EVERY_TABLE),
