@@ -196,6 +196,83 @@ def test_a_shard_move_switching_placements_holds_a_delegated_save_back(url: str)
     assert "Sarah Chen again" in answer
 
 
+@pytest.mark.parametrize("isolation", ["read committed", "repeatable read"])
+def test_a_save_that_waited_for_a_move_of_its_shards_is_saved_where_they_went(
+    url: str, isolation: str
+) -> None:
+    """A delegated save that reaches the session's worker while the session's shard group
+    moves away (here it waits for the session's lock, held while the group moves) writes
+    nothing in the shards left behind, and the routed unit of work saves it where the group
+    went. Under repeatable read, where the function's reads would see the placement as it
+    was before the wait, it leaves every save to the unit of work."""
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        shard, source, target = connection.execute(
+            sa.text(
+                "SELECT s.shardid, s.nodeport, (SELECT n.nodeport FROM pg_dist_node n "
+                "WHERE n.groupid > 0 AND n.nodeport <> s.nodeport LIMIT 1) "
+                "FROM citus_shards s WHERE s.shardid = "
+                "get_shard_id_for_distribution_column('turns', 's')"
+            )
+        ).one()
+        host = sa.make_url(url).host
+    left_behind = sa.create_engine(sa.make_url(url).set(port=source), isolation_level="AUTOCOMMIT")
+    holding = sa.create_engine(url)
+    try:
+        with left_behind.connect() as connection:
+            database = sa.make_url(url).database
+            connection.execute(
+                sa.text(
+                    f"ALTER DATABASE \"{database}\" SET default_transaction_isolation = '{isolation}'"
+                )
+            )
+        with Store(url) as store:
+            memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="s", store=store)
+            memory.save_context({"input": "Sarah Chen"}, {"output": "hi"})
+            done = threading.Event()
+
+            def save() -> None:
+                memory.save_context({"input": "Sarah Chen of Acme"}, {"output": "ok"})
+                done.set()
+
+            with holding.connect() as holder, holder.begin():
+                holder.execute(sa.text("SELECT zerda_session_lock_v1('s', true, 20000)"))
+                saver = threading.Thread(target=save)
+                saver.start()
+                assert not done.wait(0.5)  # waiting on the session's worker
+                with admin.connect() as mover:
+                    mover.execute(
+                        sa.text(
+                            "SELECT citus_move_shard_placement(:shard, :host, :source, :host, "
+                            ":target, shard_transfer_mode => 'block_writes')"
+                        ),
+                        {"shard": shard, "host": host, "source": source, "target": target},
+                    )
+            saver.join(30)
+            assert done.is_set()
+            answer = memory.load_memory_variables({"input": "Sarah Chen?"})[memory.memory_key]
+            memory.close()
+        with admin.connect() as connection:
+            stored = connection.execute(
+                sa.text("SELECT input_text FROM turns WHERE session_id = 's' ORDER BY id")
+            ).scalars()
+            assert list(stored) == ["Sarah Chen", "Sarah Chen of Acme"]
+        assert "Sarah Chen of Acme" in answer
+        with left_behind.connect() as connection:  # the old shard, until Citus drops it
+            old = connection.execute(
+                sa.text("SELECT to_regclass(:name)"), {"name": f"public.turns_{shard}"}
+            ).scalar()
+            if old is not None:
+                count = connection.execute(
+                    sa.text(f"SELECT count(*) FROM public.turns_{shard} WHERE session_id = 's'")
+                ).scalar()
+                assert count == 1
+    finally:
+        holding.dispose()
+        left_behind.dispose()
+        admin.dispose()
+
+
 def test_a_role_that_does_not_own_the_tables_saves_and_recalls_through_the_functions(
     url: str,
 ) -> None:

@@ -44,6 +44,7 @@ carry a version: a release whose functions differ names new ones.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import sqlalchemy as sa
@@ -116,8 +117,10 @@ def _local_shards(schema: str, tables: tuple[str, ...], *, writes: bool) -> str:
     takes, shared, the lock on the session's shard group that Citus's own writes take,
     which a move or a split takes exclusively on every node while it switches the group to
     new placements (:func:`_shard_lock_definition`), and holds it to its end; it reads the
-    placement after the lock, so that a call that waited for a move finds the group gone.
-    A read takes no lock: as Citus's own reads, it reads the placement it finds.
+    placement after the lock (in a snapshot taken after it: read committed only), so that
+    a call that waited for a move finds the group gone. A read takes no lock: as Citus's
+    own reads, it reads the placement it finds. A group with a placement on another node
+    too (replicated) is left to Citus, which writes every placement.
     """
     anchor = _quoted(f"{schema}.{tables[0]}")
     shards = "\n".join(
@@ -128,11 +131,17 @@ def _local_shards(schema: str, tables: tuple[str, ...], *, writes: bool) -> str:
     )
     if writes:
         shard = f"{schema}.{SHARD_LOCK_FUNCTION}(p_session_id)"
+        # The placement read after the lock: a statement's own snapshot, which only read
+        # committed takes when the statement starts.
+        fresh = "\n     AND current_setting('transaction_isolation') = 'read committed'"
     else:
         shard = f"get_shard_id_for_distribution_column({anchor}, p_session_id)"
+        fresh = ""
     return f"""  v_shard := {shard};
   IF EXISTS (SELECT 1 FROM pg_dist_placement p JOIN pg_dist_local_group l USING (groupid)
-              WHERE p.shardid = v_shard) THEN
+              WHERE p.shardid = v_shard)
+     AND NOT EXISTS (SELECT 1 FROM pg_dist_placement p JOIN pg_dist_local_group l
+                       ON p.groupid <> l.groupid WHERE p.shardid = v_shard){fresh} THEN
     v_local := true;
 {shards}
   END IF;"""
@@ -311,43 +320,8 @@ _RECALL_COLUMNS = (
 )
 
 
-def _recall_definition(schema: str) -> str:
-    """The recall function: the resolving recall's rows (:mod:`resolving_recall`), in two
-    statements, each filtered by the session in every part (which Citus routes whole to
-    the session's shards where they are not on this node): the entities keyed or cored as
-    a key or named by such an alias, with those aliases; then the newest snippets of each
-    entity found."""
-    columns = ", ".join(f"{name} {sql_type}" for name, sql_type in _RECALL_COLUMNS)
-    table_variables = _table_variables(schema, _RECALL_TABLES)
-    local_shards = _local_shards(schema, _RECALL_TABLES, writes=False)
-    # Volatile, as the save: each statement reads what has committed when it starts, the
-    # placement after the lock among them.
-    return f"""CREATE OR REPLACE FUNCTION {schema}.{RECALL_FUNCTION}(
-  p_session_id varchar, p_keys varchar[], p_limit integer)
-RETURNS TABLE ({columns})
-LANGUAGE plpgsql
-AS $function$
-#variable_conflict use_column
-DECLARE
-  r record;
-  i integer;
-  j integer;
-  k integer;
-  v_matched text;
-  v_ids bigint[] := '{{}}';
-  v_keys text[] := '{{}}';
-  v_names varchar[] := '{{}}';
-  v_cores text[] := '{{}}';
-  v_types varchar[] := '{{}}';
-  v_alias_entities bigint[] := '{{}}';
-  v_aliases varchar[] := '{{}}';
-  v_alias_keys text[] := '{{}}';
-  v_alias_cores text[] := '{{}}';
-{table_variables}
-BEGIN
-{local_shards}
-  -- The session's entities keyed or cored as a name or named by an alias keyed or cored
-  -- so, and those aliases.
+# The recall's two statements (PL/pgSQL), each on the tables its variables name.
+_CANDIDATES = """\
   FOR r IN EXECUTE format(
       'SELECT 1 AS part, x.id, x.name_key, x.name, x.core_key, x.entity_type,'
       ' NULL::varchar AS alias FROM %s x WHERE x.session_id = $1'
@@ -371,6 +345,73 @@ BEGIN
       v_alias_cores := v_alias_cores || r.core_key;
     END IF;
   END LOOP;
+"""
+_SNIPPETS = """\
+  RETURN QUERY EXECUTE format(
+      'SELECT u.name, u.name_key, u.entity_type, c.text, c.turn_seq, c.id, c.created_at,'
+      ' NULL::text FROM unnest($1::bigint[], $2::varchar[], $3::text[], $4::varchar[])'
+      ' WITH ORDINALITY u(id, name, name_key, entity_type, n)'
+      ' CROSS JOIN LATERAL (SELECT c.text, c.turn_seq, c.id, c.created_at FROM %s c'
+      ' WHERE c.session_id = $5 AND c.entity_id = u.id'
+      ' ORDER BY c.turn_seq DESC, c.id DESC LIMIT $6) c'
+      ' ORDER BY u.n, c.turn_seq DESC, c.id DESC', v_contexts)
+    USING v_ids, v_names, v_keys, v_types, p_session_id, p_limit;
+"""
+
+
+def _or_through_distributed_tables(statement: str, schema: str, tables: tuple[str, ...]) -> str:
+    """PL/pgSQL: ``statement``, run again through the distributed tables if a shard it
+    names is gone (dropped after a move since the placement was read: Citus drops a moved
+    group's old shards once no statement holds them); the rows of a failed run are none,
+    as a missing table fails before the statement runs."""
+    reset = "\n".join(f"    v_{table} := {_quoted(schema + '.' + table)};" for table in tables)
+    return f"""  BEGIN
+{textwrap.indent(statement.rstrip(), "  ")}
+  EXCEPTION WHEN undefined_table THEN
+{reset}
+{statement.rstrip()}
+  END;"""
+
+
+def _recall_definition(schema: str) -> str:
+    """The recall function: the resolving recall's rows (:mod:`resolving_recall`), in two
+    statements, each filtered by the session in every part (which Citus routes whole to
+    the session's shards where they are not on this node): the entities keyed or cored as
+    a key or named by such an alias, with those aliases; then the newest snippets of each
+    entity found."""
+    columns = ", ".join(f"{name} {sql_type}" for name, sql_type in _RECALL_COLUMNS)
+    table_variables = _table_variables(schema, _RECALL_TABLES)
+    local_shards = _local_shards(schema, _RECALL_TABLES, writes=False)
+    candidates = _or_through_distributed_tables(_CANDIDATES, schema, _RECALL_TABLES)
+    snippets = _or_through_distributed_tables(_SNIPPETS, schema, _RECALL_TABLES)
+    # Stable: its statements read one snapshot, the call's.
+    return f"""CREATE OR REPLACE FUNCTION {schema}.{RECALL_FUNCTION}(
+  p_session_id varchar, p_keys varchar[], p_limit integer)
+RETURNS TABLE ({columns})
+LANGUAGE plpgsql STABLE
+AS $function$
+#variable_conflict use_column
+DECLARE
+  r record;
+  i integer;
+  j integer;
+  k integer;
+  v_matched text;
+  v_ids bigint[] := '{{}}';
+  v_keys text[] := '{{}}';
+  v_names varchar[] := '{{}}';
+  v_cores text[] := '{{}}';
+  v_types varchar[] := '{{}}';
+  v_alias_entities bigint[] := '{{}}';
+  v_aliases varchar[] := '{{}}';
+  v_alias_keys text[] := '{{}}';
+  v_alias_cores text[] := '{{}}';
+{table_variables}
+BEGIN
+{local_shards}
+  -- The session's entities keyed or cored as a name or named by an alias keyed or cored
+  -- so, and those aliases.
+{candidates}
   -- The candidates, in the order of the statement's parts: entities keyed as a name, then
   -- cored as one; aliases keyed as one, then cored (each with its entity's key and name).
   entity_type := NULL; turn_seq := NULL; context_id := NULL; created_at := NULL;
@@ -406,15 +447,7 @@ BEGIN
   IF v_ids = '{{}}' THEN
     RETURN;
   END IF;
-  RETURN QUERY EXECUTE format(
-      'SELECT u.name, u.name_key, u.entity_type, c.text, c.turn_seq, c.id, c.created_at,'
-      ' NULL::text FROM unnest($1::bigint[], $2::varchar[], $3::text[], $4::varchar[])'
-      ' WITH ORDINALITY u(id, name, name_key, entity_type, n)'
-      ' CROSS JOIN LATERAL (SELECT c.text, c.turn_seq, c.id, c.created_at FROM %s c'
-      ' WHERE c.session_id = $5 AND c.entity_id = u.id'
-      ' ORDER BY c.turn_seq DESC, c.id DESC LIMIT $6) c'
-      ' ORDER BY u.n, c.turn_seq DESC, c.id DESC', v_contexts)
-    USING v_ids, v_names, v_keys, v_types, p_session_id, p_limit;
+{snippets}
 END
 $function$"""
 
