@@ -137,7 +137,7 @@ def test_inside_the_functions_every_statement_is_on_the_sessions_shards(
     delegated call there, reads and writes the shards themselves: Citus plans none of its
     statements. On a worker that does not hold them (the shards moved after the
     coordinator sent the call), the save writes nothing and answers that the unit of work
-    saves the turn, and the recall's two statements are each routed whole to the shards."""
+    saves the turn, and the recall's one statement is routed whole to the shards."""
     with Store(url) as store:
         memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="acme", store=store)
         memory.save_context({"input": "Sarah Chen of Acme Corp"}, {"output": "Hello"})
@@ -165,6 +165,74 @@ def test_inside_the_functions_every_statement_is_on_the_sessions_shards(
     )
     assert saved == [(None, True)]
     assert save == []
-    assert sum(message == ROUTER_PLAN for message in recall) == 2
+    assert sum(message == ROUTER_PLAN for message in recall) == 1
     snippets = [row[4] for row in rows if row[5] is not None and row[1] == "acme corp"]
     assert snippets[:2] == [9001, 1]  # the newest first: the save above, the first turn's
+
+
+def _holder(url: str) -> tuple[sa.URL, int, int]:
+    """After a first save of session "acme": the worker that holds its shards (a URL for
+    the test's database there), and its shards of ``turns`` and ``entities``."""
+    with Store(url) as store:
+        memory = ConversationEntityMemory(llm=KeywordLLM(NAMES), session_id="acme", store=store)
+        memory.save_context({"input": "Sarah Chen of Acme Corp"}, {"output": "Hello"})
+        with store.connect() as connection:
+            port, turns_shard, entities_shard = connection.execute(
+                sa.text(
+                    "SELECT n.nodeport, p.shardid, "
+                    "get_shard_id_for_distribution_column('entities', 'acme') "
+                    "FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) "
+                    "WHERE p.shardid = get_shard_id_for_distribution_column('turns', 'acme')"
+                )
+            ).one()
+        memory.close()
+    return sa.make_url(url).set(port=port, drivername="postgresql"), turns_shard, entities_shard
+
+
+def test_a_saves_and_a_recalls_statements_are_planned_once_per_connection(
+    url: str, citus_cluster: Cluster
+) -> None:
+    """On the worker that holds the session's shards, the save's two statements and the
+    recall's one are prepared on the connection once, for the session's shard group, and
+    each later call runs them as prepared (PostgreSQL plans a statement that names a shard
+    at every run otherwise): the plan cache counts every call's run of each, and a recall
+    finds every save's turn."""
+    here, turns_shard, entities_shard = _holder(url)
+    turns = [9001 + 10 * n for n in range(8)]
+    calls = [(SAVE_CALL.format(turn=turn), RECALL_CALL) for turn in turns]
+    *runs, (_, prepared) = _run_on(
+        here,
+        *(call for pair in calls for call in pair),
+        "SELECT name, generic_plans + custom_plans FROM pg_prepared_statements "
+        "WHERE name LIKE 'zerda\\_%' ORDER BY name",
+    )
+    saves, recalls = runs[0::2], runs[1::2]
+    assert [rows for _, rows in saves] == [[(turn, False)] for turn in turns]
+    for turn, (_, rows) in zip(turns, recalls, strict=True):
+        newest = [row[4] for row in rows if row[5] is not None and row[1] == "acme corp"]
+        assert newest[0] == turn
+    # The guard's read and the writes, each named by the session's turns shard; the
+    # recall, by its entities shard.
+    shards = sorted(int(name.rsplit("_", 1)[1]) for name, _ in prepared)
+    assert shards == sorted([turns_shard, turns_shard, entities_shard])
+    assert [planned_runs for _, planned_runs in prepared] == [8, 8, 8]
+
+
+def test_a_statement_prepared_in_a_call_rolled_back_is_run_by_the_next(
+    url: str, citus_cluster: Cluster
+) -> None:
+    """The mark that a statement is prepared on the connection is a setting, undone with
+    the transaction that made it; the prepared statement is not. A recall in a transaction
+    rolled back, then another on the same connection: the second finds the statement (no
+    "already exists"), and it is prepared once and run twice."""
+    here, _, _ = _holder(url)
+    with psycopg.connect(here.render_as_string(hide_password=False), autocommit=True) as conn:
+        with conn.transaction(force_rollback=True):
+            first = conn.execute(RECALL_CALL).fetchall()
+        second = conn.execute(RECALL_CALL).fetchall()
+        prepared = conn.execute(
+            "SELECT generic_plans + custom_plans FROM pg_prepared_statements "
+            "WHERE name LIKE 'zerda\\_%'"
+        ).fetchall()
+    assert first == second and any(row[5] is not None for row in first)
+    assert prepared == [(2,)]

@@ -10,8 +10,9 @@ called as ``SELECT ... FROM f(session_id, ...)`` outside a transaction block is 
 to the worker that holds the session's shard, and its statements run there. A statement on
 a distributed table still costs Citus a planning there; so each function reads and writes
 the session's shards themselves when they are on its node (:func:`_local_shards`), the
-save under the lock Citus's own writes take against a move of the session's shard group
-(docs/citus.md, Cost).
+save under the lock Citus's own writes take against a move of the session's shard group,
+each statement prepared once per shard group on the connection it runs on
+(:class:`Statement`; docs/citus.md, Cost).
 
 - The save (:data:`SAVE_FUNCTION`) takes the session's lock shared on the worker, bounded
   by the store's ``lock_timeout``, and the shard group's (:data:`SHARD_LOCK_FUNCTION`);
@@ -29,8 +30,8 @@ save under the lock Citus's own writes take against a move of the session's shar
 - The recall (:data:`RECALL_FUNCTION`) returns the rows of the resolving recall
   (:mod:`resolving_recall`), with the columns of an aged one: the candidates a name may
   join in the statement's order (entities keyed, then cored, as a name; aliases keyed,
-  then cored, so), then each entity's newest snippets: two statements, on the shards
-  where they are on its node, else through the distributed tables (Citus routes each).
+  then cored, so), then each entity's newest snippets: one statement, on the shards
+  where they are on its node, else through the distributed tables (Citus routes it).
 - The lock (:data:`LOCK_FUNCTION`): erasure, clear, import and the other writes that take
   the session's lock exclusively take it on the worker too, through this function,
   distributed with ``force_delegation`` so that Citus runs it there inside their
@@ -39,11 +40,14 @@ save under the lock Citus's own writes take against a move of the session's shar
 ``db distribute`` creates them (``CREATE OR REPLACE``: a second run after an upgrade
 brings them up to date) and distributes them; a store uses them once it finds them
 distributed (:mod:`db.sharding`), and routes every statement without them. Their names
-carry a version: a release whose functions differ names new ones.
+carry a version: a release whose functions take other arguments or return other rows
+names new ones (one that only runs them faster, as prepared statements, keeps the names:
+``db distribute`` after the upgrade replaces their bodies).
 """
 
 from __future__ import annotations
 
+import hashlib
 import textwrap
 from typing import Any
 
@@ -90,8 +94,8 @@ _SAVE_PARAMETERS: tuple[tuple[str, str, str, Any], ...] = (
 )
 
 
-# The tables a function reads or writes, each through a variable named after it: the
-# distributed table, or its shard here (:func:`_local_shards`).
+# The tables a function reads or writes through the distributed tables, each a constant
+# named after it; the shards on its node are named where a statement is prepared.
 _SAVE_TABLES = ("turns", "entities", "entity_aliases", "contexts", "extractions")
 _RECALL_TABLES = ("entities", "entity_aliases", "contexts")
 
@@ -102,49 +106,46 @@ def _quoted(value: str) -> str:
 
 
 def _table_variables(schema: str, tables: tuple[str, ...]) -> str:
-    """PL/pgSQL declarations: a variable per table, naming the distributed table; the
-    session's shard and whether it is here (:func:`_local_shards`)."""
-    names = "\n".join(f"  v_{table} text := {_quoted(schema + '.' + table)};" for table in tables)
-    return names + "\n  v_shard bigint;\n  v_local boolean := false;"
+    """PL/pgSQL declarations: a constant per table, naming the distributed table; the
+    session's shard and whether its group is here (:func:`_local_shards`); the statement
+    to run and the name of its prepared form (:meth:`Statement.prepared`)."""
+    names = "\n".join(
+        f"  v_{table} CONSTANT text := {_quoted(schema + '.' + table)};" for table in tables
+    )
+    return (
+        names + "\n  v_shard bigint;\n  v_local boolean := false;\n  v_plan text;\n  v_query text;"
+    )
 
 
-def _local_shards(schema: str, tables: tuple[str, ...], *, writes: bool) -> str:
-    """PL/pgSQL: point each table's variable at its shard, and set ``v_local``, when the
-    session's shard group is placed on this node.
+def _local_shards(schema: str, anchor: str, *, writes: bool) -> str:
+    """PL/pgSQL: ``v_shard``, the session's shard of table ``anchor``, and ``v_local``,
+    whether the session's shard group is placed on this node (and on no other).
 
     A statement on a distributed table costs Citus a planning on this node (docs/citus.md,
-    Cost); one on the shard itself, a plain Postgres planning. A call that ``writes`` first
-    takes, shared, the lock on the session's shard group that Citus's own writes take,
-    which a move or a split takes exclusively on every node while it switches the group to
-    new placements (:func:`_shard_lock_definition`), and holds it to its end; it reads the
-    placement after the lock (in a snapshot taken after it: read committed only), so that
-    a call that waited for a move finds the group gone. A read takes no lock: as Citus's
-    own reads, it reads the placement it finds. A group with a placement on another node
-    too (replicated) is left to Citus, which writes every placement.
+    Cost); one on the shard itself, a plain Postgres planning (once: :class:`Statement`).
+    A call that ``writes`` first takes, shared, the lock on the session's shard group that
+    Citus's own writes take, which a move or a split takes exclusively on every node while
+    it switches the group to new placements (:func:`_shard_lock_definition`), and holds it
+    to its end; it reads the placement after the lock (in a snapshot taken after it: read
+    committed only), so that a call that waited for a move finds the group gone. A read
+    takes no lock: as Citus's own reads, it reads the placement it finds. A group with a
+    placement on another node too (replicated) is left to Citus, which writes every
+    placement.
     """
-    anchor = _quoted(f"{schema}.{tables[0]}")
-    shards = "\n".join(
-        f"    v_{table} := shard_name({_quoted(schema + '.' + table)}, "
-        f"get_shard_id_for_distribution_column({_quoted(schema + '.' + table)}, p_session_id), "
-        "false);"
-        for table in tables
-    )
     if writes:
+        assert anchor == "turns"  # the shard whose lock the helper takes
         shard = f"{schema}.{SHARD_LOCK_FUNCTION}(p_session_id)"
         # The placement read after the lock: a statement's own snapshot, which only read
         # committed takes when the statement starts.
-        fresh = "\n     AND current_setting('transaction_isolation') = 'read committed'"
+        fresh = "\n    AND current_setting('transaction_isolation') = 'read committed'"
     else:
-        shard = f"get_shard_id_for_distribution_column({anchor}, p_session_id)"
+        table = _quoted(f"{schema}.{anchor}")
+        shard = f"get_shard_id_for_distribution_column({table}, p_session_id)"
         fresh = ""
     return f"""  v_shard := {shard};
-  IF EXISTS (SELECT 1 FROM pg_dist_placement p JOIN pg_dist_local_group l USING (groupid)
-              WHERE p.shardid = v_shard)
-     AND NOT EXISTS (SELECT 1 FROM pg_dist_placement p JOIN pg_dist_local_group l
-                       ON p.groupid <> l.groupid WHERE p.shardid = v_shard){fresh} THEN
-    v_local := true;
-{shards}
-  END IF;"""
+  v_local := coalesce((SELECT bool_and(p.groupid = l.groupid)
+                       FROM pg_dist_placement p, pg_dist_local_group l
+                       WHERE p.shardid = v_shard), false){fresh};"""
 
 
 def _shard_lock_definition(schema: str) -> str:
@@ -180,11 +181,174 @@ END
 $function$"""
 
 
+# Marks a statement prepared on the connection: a setting of the session named after it
+# (``zerda_prepared.<name>``), read in about a microsecond, where looking it up in
+# ``pg_prepared_statements`` copies every prepared statement's text (about 55 µs with 50 of
+# them here). A setting and a prepared statement both end with the connection, and DISCARD
+# ALL drops both; a setting made in a transaction that rolled back is undone while the
+# statement stays, so the mark missing, the view is read before preparing.
+PREPARED_MARK = "zerda_prepared."
+
+
+class Statement:
+    """One of the functions' statements: its text (``%s`` each table's name, in
+    ``tables``' order; ``$n`` the ``n``-th argument, a PL/pgSQL expression and its SQL
+    type). :meth:`prepared` makes the PL/pgSQL that sets ``v_query`` to what runs it,
+    ``USING`` :attr:`values`."""
+
+    __slots__ = ("arguments", "name", "tables", "text")
+
+    def __init__(
+        self, text: str, tables: tuple[str, ...], arguments: tuple[tuple[str, str], ...]
+    ) -> None:
+        self.text = text
+        self.tables = tables
+        self.arguments = arguments
+        types = ", ".join(sql_type for _, sql_type in arguments)
+        # Named after what it prepares, so that a release whose statement differs (or its
+        # arguments' types) never runs one an earlier release prepared on the connection.
+        digest = hashlib.sha256(f"({types}) AS {text}".encode()).hexdigest()[:12]
+        self.name = f"zerda_{digest}_"
+
+    @property
+    def values(self) -> str:
+        """The arguments, in order, as the ``USING`` clause lists them."""
+        return ", ".join(expression for expression, _ in self.arguments)
+
+    def prepared(self, schema: str) -> str:
+        """PL/pgSQL: ``v_query``, the statement to run ``USING`` :attr:`values`.
+
+        On this node's shards (``v_local``), the execution of the statement prepared on the
+        connection for the session's shard group (named by its shard, ``v_shard``), once:
+        PostgreSQL plans it once per connection (a Citus connection to a worker lives on
+        between calls) instead of at every call, as a statement naming a shard is dynamic
+        SQL; the shards are named only when it is prepared, and :data:`PREPARED_MARK`
+        says it was. ``EXECUTE`` takes no parameters from PL/pgSQL, so the values go into
+        it as literals, each read as its prepared type. Elsewhere, the statement on the
+        distributed tables, run with the values as parameters."""
+        types = ", ".join(sql_type for _, sql_type in self.arguments)
+        shards = ",\n        ".join(
+            f"shard_name({_quoted(schema + '.' + table)}, get_shard_id_for_distribution_column("
+            f"{_quoted(schema + '.' + table)}, p_session_id), false)"
+            for table in self.tables
+        )
+        literals = ", ".join("%L" for _ in self.arguments)
+        return f"""  IF v_local THEN
+    v_plan := {_quoted(self.name)} || v_shard;
+    IF current_setting({_quoted(PREPARED_MARK)} || v_plan, true) IS DISTINCT FROM 'yes' THEN
+      IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements s WHERE s.name = v_plan) THEN
+        EXECUTE format({_quoted(f"PREPARE %I ({types}) AS {self.text}")}, v_plan,
+          {shards});
+      END IF;
+      PERFORM set_config({_quoted(PREPARED_MARK)} || v_plan, 'yes', false);
+    END IF;
+    v_query := format({_quoted(f"EXECUTE %I ({literals})")}, v_plan, {self.values});
+  ELSE
+{textwrap.indent(self.dynamic(), "  ")}
+  END IF;"""
+
+    def dynamic(self) -> str:
+        """PL/pgSQL: ``v_query``, the statement on the tables the variables name, planned
+        where it runs (what a stable function runs: it may not prepare)."""
+        tables = ", ".join(f"v_{table}" for table in self.tables)
+        return f"""  v_query := format({_quoted(self.text)}, {tables});"""
+
+
+# The type an entity's first mention gives it when the extractor gave none.
+_UNKNOWN = f"{_quoted(UNKNOWN_TYPE)}::text"
+
+
+def _save_arguments(*names: str) -> tuple[tuple[str, str], ...]:
+    """The save's parameters ``names`` (or :data:`_UNKNOWN`) as a statement's arguments,
+    each with its type."""
+    types = {name: sql_type for name, sql_type, _, _ in _SAVE_PARAMETERS}
+    types[_UNKNOWN] = "text"
+    return tuple((name, types[name]) for name in names)
+
+
+# What the save's guard reads, in one statement: the session's newest turn (by the index
+# on session and id, whatever the statistics say), its entities keyed or cored as a
+# mention, and its aliases so.
+_SAVE_READ = Statement(
+    "SELECT 1 AS part, x.id, NULL::text AS key, NULL::text AS core, NULL::bigint AS entity"
+    " FROM (SELECT t.id FROM %s t WHERE t.session_id = $1 ORDER BY t.id DESC LIMIT 1) x"
+    " UNION ALL SELECT 2, x.id, x.name_key, x.core_key, NULL FROM %s x"
+    " WHERE x.session_id = $1 AND (x.name_key = ANY ($2) OR x.core_key = ANY ($3))"
+    " UNION ALL SELECT 3, NULL, x.alias_key, x.core_key, x.entity_id FROM %s x"
+    " WHERE x.session_id = $1 AND (x.alias_key = ANY ($2) OR x.core_key = ANY ($3))",
+    ("turns", "entities", "entity_aliases"),
+    _save_arguments("p_session_id", "p_name_key", "p_core_key"),
+)
+# The save's writes, in one statement: the turn once per idempotency key; then, when it
+# was written, the entities upserted in key order (the mentions' order), a snippet of each
+# (its id by its mention's place) and the ledger row.
+_SAVE_WRITE = Statement(
+    "WITH t AS (INSERT INTO %s AS t (id, session_id, input_text, output_text,"
+    " entity_names, created_at, idempotency_key) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    " ON CONFLICT (session_id, idempotency_key) DO NOTHING RETURNING t.id),"
+    " e AS (INSERT INTO %s AS e (id, session_id, name_key, core_key, name, entity_type,"
+    " first_seen, last_seen, first_turn_id, first_position)"
+    " SELECT u.id, $2, u.name_key, u.core_key, u.name, u.entity_type, $8, $8, t.id,"
+    " u.first_position FROM t, unnest($9::bigint[], $10::text[], $11::text[],"
+    " $12::varchar[], $13::varchar[], $14::integer[]) WITH ORDINALITY"
+    " u(id, name_key, core_key, name, entity_type, first_position, n) ORDER BY u.n"
+    " ON CONFLICT (session_id, name_key) DO UPDATE SET"
+    " name = CASE WHEN excluded.first_turn_id < e.first_turn_id"
+    " THEN excluded.name ELSE e.name END,"
+    " first_seen = CASE WHEN excluded.first_turn_id < e.first_turn_id"
+    " THEN excluded.first_seen ELSE e.first_seen END,"
+    " first_turn_id = CASE WHEN excluded.first_turn_id < e.first_turn_id"
+    " THEN excluded.first_turn_id ELSE e.first_turn_id END,"
+    " first_position = CASE WHEN excluded.first_turn_id < e.first_turn_id"
+    " THEN excluded.first_position ELSE e.first_position END,"
+    " last_seen = CASE WHEN excluded.last_seen > e.last_seen"
+    " THEN excluded.last_seen ELSE e.last_seen END,"
+    " entity_type = CASE WHEN e.entity_type = $15"
+    " THEN excluded.entity_type ELSE e.entity_type END"
+    " RETURNING e.id, e.name_key),"
+    " c AS (INSERT INTO %s (id, session_id, entity_id, turn_id, turn_seq, text, created_at)"
+    " SELECT ($16::bigint[])[k.n], $2, e.id, t.id, t.id, $17, $8 FROM t, e"
+    " JOIN unnest($10::text[]) WITH ORDINALITY k(name_key, n) ON k.name_key = e.name_key),"
+    " x AS (INSERT INTO %s (id, session_id, turn_id, extractor, status, error, latency_ms,"
+    " entity_count, attempts, updated_at)"
+    " SELECT $18, $2, t.id, $19, $20, $21, $22, $23, $24, $25 FROM t)"
+    " SELECT t.id FROM t",
+    ("turns", "entities", "contexts", "extractions"),
+    _save_arguments(
+        "p_turn_id",
+        "p_session_id",
+        "p_input_text",
+        "p_output_text",
+        "p_entity_names",
+        "p_turn_created_at",
+        "p_idempotency_key",
+        "p_created_at",
+        "p_entity_ids",
+        "p_name_key",
+        "p_core_key",
+        "p_name",
+        "p_entity_type",
+        "p_first_position",
+        _UNKNOWN,
+        "p_context_ids",
+        "p_text",
+        "p_ledger_id",
+        "p_extractor",
+        "p_status",
+        "p_error",
+        "p_latency_ms",
+        "p_entity_count",
+        "p_attempts",
+        "p_updated_at",
+    ),
+)
+
+
 def _save_definition(schema: str) -> str:
     """The save function; ``schema`` is the tables' (quoted), where it is created too."""
     parameters = ",\n  ".join(f"{name} {sql_type}" for name, sql_type, _, _ in _SAVE_PARAMETERS)
     table_variables = _table_variables(schema, _SAVE_TABLES)
-    local_shards = _local_shards(schema, _SAVE_TABLES, writes=True)
+    local_shards = _local_shards(schema, "turns", writes=True)
     return f"""CREATE OR REPLACE FUNCTION {schema}.{SAVE_FUNCTION}(
   {parameters})
 RETURNS TABLE (turn_id bigint, resolution_needed boolean)
@@ -214,18 +378,9 @@ BEGIN
     RETURN QUERY SELECT NULL::bigint, true;
     RETURN;
   END IF;
-  -- What the guard reads, in one statement: the session's newest turn (by the index on
-  -- session and id, whatever the statistics say), its entities keyed or cored as a
-  -- mention, and its aliases so.
-  FOR r IN EXECUTE format(
-      'SELECT 1 AS part, x.id, NULL::text AS key, NULL::text AS core, NULL::bigint AS entity'
-      ' FROM (SELECT t.id FROM %s t WHERE t.session_id = $1 ORDER BY t.id DESC LIMIT 1) x'
-      ' UNION ALL SELECT 2, x.id, x.name_key, x.core_key, NULL FROM %s x'
-      ' WHERE x.session_id = $1 AND (x.name_key = ANY ($2) OR x.core_key = ANY ($3))'
-      ' UNION ALL SELECT 3, NULL, x.alias_key, x.core_key, x.entity_id FROM %s x'
-      ' WHERE x.session_id = $1 AND (x.alias_key = ANY ($2) OR x.core_key = ANY ($3))',
-      v_turns, v_entities, v_entity_aliases)
-    USING p_session_id, p_name_key, p_core_key LOOP
+  -- What the guard reads, in one statement (_SAVE_READ).
+{_SAVE_READ.prepared(schema)}
+  FOR r IN EXECUTE v_query USING {_SAVE_READ.values} LOOP
     IF r.part = 1 THEN
       v_newest := r.id;
     ELSIF r.part = 2 THEN
@@ -261,47 +416,9 @@ BEGIN
       RETURN;
     END IF;
   END LOOP;
-  -- The writes, in one statement: the turn once per idempotency key; then, when it was
-  -- written, the entities upserted in key order (the mentions' order), a snippet of each
-  -- (its id by its mention's place) and the ledger row.
-  EXECUTE format(
-      'WITH t AS (INSERT INTO %s AS t (id, session_id, input_text, output_text,'
-      ' entity_names, created_at, idempotency_key) VALUES ($1, $2, $3, $4, $5, $6, $7)'
-      ' ON CONFLICT (session_id, idempotency_key) DO NOTHING RETURNING t.id),'
-      ' e AS (INSERT INTO %s AS e (id, session_id, name_key, core_key, name, entity_type,'
-      ' first_seen, last_seen, first_turn_id, first_position)'
-      ' SELECT u.id, $2, u.name_key, u.core_key, u.name, u.entity_type, $8, $8, t.id,'
-      ' u.first_position FROM t, unnest($9::bigint[], $10::text[], $11::text[],'
-      ' $12::varchar[], $13::varchar[], $14::integer[]) WITH ORDINALITY'
-      ' u(id, name_key, core_key, name, entity_type, first_position, n) ORDER BY u.n'
-      ' ON CONFLICT (session_id, name_key) DO UPDATE SET'
-      ' name = CASE WHEN excluded.first_turn_id < e.first_turn_id'
-      ' THEN excluded.name ELSE e.name END,'
-      ' first_seen = CASE WHEN excluded.first_turn_id < e.first_turn_id'
-      ' THEN excluded.first_seen ELSE e.first_seen END,'
-      ' first_turn_id = CASE WHEN excluded.first_turn_id < e.first_turn_id'
-      ' THEN excluded.first_turn_id ELSE e.first_turn_id END,'
-      ' first_position = CASE WHEN excluded.first_turn_id < e.first_turn_id'
-      ' THEN excluded.first_position ELSE e.first_position END,'
-      ' last_seen = CASE WHEN excluded.last_seen > e.last_seen'
-      ' THEN excluded.last_seen ELSE e.last_seen END,'
-      ' entity_type = CASE WHEN e.entity_type = $15'
-      ' THEN excluded.entity_type ELSE e.entity_type END'
-      ' RETURNING e.id, e.name_key),'
-      ' c AS (INSERT INTO %s (id, session_id, entity_id, turn_id, turn_seq, text, created_at)'
-      ' SELECT ($16::bigint[])[k.n], $2, e.id, t.id, t.id, $17, $8 FROM t, e'
-      ' JOIN unnest($10::text[]) WITH ORDINALITY k(name_key, n) ON k.name_key = e.name_key),'
-      ' x AS (INSERT INTO %s (id, session_id, turn_id, extractor, status, error, latency_ms,'
-      ' entity_count, attempts, updated_at)'
-      ' SELECT $18, $2, t.id, $19, $20, $21, $22, $23, $24, $25 FROM t)'
-      ' SELECT t.id FROM t',
-      v_turns, v_entities, v_contexts, v_extractions)
-    INTO v_turn
-    USING p_turn_id, p_session_id, p_input_text, p_output_text, p_entity_names,
-          p_turn_created_at, p_idempotency_key, p_created_at, p_entity_ids, p_name_key,
-          p_core_key, p_name, p_entity_type, p_first_position, {_quoted(UNKNOWN_TYPE)}::text,
-          p_context_ids, p_text, p_ledger_id, p_extractor, p_status, p_error, p_latency_ms,
-          p_entity_count, p_attempts, p_updated_at;
+  -- The writes, in one statement (_SAVE_WRITE).
+{_SAVE_WRITE.prepared(schema)}
+  EXECUTE v_query INTO v_turn USING {_SAVE_WRITE.values};
   -- No turn: the idempotency key was used in the session.
   RETURN QUERY SELECT v_turn, false;
 END
@@ -320,75 +437,89 @@ _RECALL_COLUMNS = (
 )
 
 
-# The recall's two statements (PL/pgSQL), each on the tables its variables name.
-_CANDIDATES = """\
-  FOR r IN EXECUTE format(
-      'SELECT 1 AS part, x.id, x.name_key, x.name, x.core_key, x.entity_type,'
-      ' NULL::varchar AS alias FROM %s x WHERE x.session_id = $1'
-      ' AND (x.name_key = ANY ($2) OR x.core_key = ANY ($2) OR x.id IN (SELECT a.entity_id'
-      ' FROM %s a WHERE a.session_id = $1'
-      ' AND (a.alias_key = ANY ($2) OR a.core_key = ANY ($2))))'
-      ' UNION ALL SELECT 2, a.entity_id, a.alias_key, NULL, a.core_key, NULL, a.alias FROM %s a'
-      ' WHERE a.session_id = $1 AND (a.alias_key = ANY ($2) OR a.core_key = ANY ($2))',
-      v_entities, v_entity_aliases, v_entity_aliases)
-    USING p_session_id, p_keys LOOP
-    IF r.part = 1 THEN
+# The recall's one statement (one snapshot): the session's entities keyed or cored as a key
+# or named by an alias keyed or cored so, each with its newest snippets (a row of each, or
+# one without when it has none), by id, newest first (part 1); then those aliases (part 2).
+# Its tables' locks are taken in the order a save takes them, entities before snippets (the
+# order db contract alters them in; with the entities in a CTE, a prepared statement took
+# the snippets' lock first, and deadlocked with it).
+_RECALL = Statement(
+    "SELECT 1 AS part, x.id, x.name_key, x.name, x.core_key, x.entity_type,"
+    " NULL::varchar AS alias, c.text, c.turn_seq, c.id AS context_id, c.created_at"
+    " FROM %s x LEFT JOIN LATERAL (SELECT c.text, c.turn_seq, c.id, c.created_at FROM %s c"
+    " WHERE c.session_id = $1 AND c.entity_id = x.id"
+    " ORDER BY c.turn_seq DESC, c.id DESC LIMIT $3) c ON true"
+    " WHERE x.session_id = $1 AND (x.name_key = ANY ($2) OR x.core_key = ANY ($2)"
+    " OR x.id IN (SELECT a.entity_id FROM %s a WHERE a.session_id = $1"
+    " AND (a.alias_key = ANY ($2) OR a.core_key = ANY ($2))))"
+    " UNION ALL SELECT 2, a.entity_id, a.alias_key, NULL, a.core_key, NULL, a.alias,"
+    " NULL, NULL, NULL, NULL FROM %s a"
+    " WHERE a.session_id = $1 AND (a.alias_key = ANY ($2) OR a.core_key = ANY ($2))"
+    " ORDER BY 1, 2, 9 DESC, 10 DESC",
+    ("entities", "contexts", "entity_aliases", "entity_aliases"),
+    (("p_session_id", "varchar"), ("p_keys", "varchar[]"), ("p_limit", "integer")),
+)
+
+
+def _recall_run(schema: str) -> str:
+    """PL/pgSQL: the recall's statement run, its rows gathered in the function's arrays."""
+    return f"""\
+{_RECALL.prepared(schema)}
+  FOR r IN EXECUTE v_query USING {_RECALL.values} LOOP
+    IF r.part = 2 THEN
+      v_alias_entities := v_alias_entities || r.id;
+      v_aliases := v_aliases || r.alias;
+      v_alias_keys := v_alias_keys || r.name_key;
+      v_alias_cores := v_alias_cores || r.core_key;
+      CONTINUE;
+    END IF;
+    IF v_ids[array_length(v_ids, 1)] IS DISTINCT FROM r.id THEN  -- an entity's first row
       v_ids := v_ids || r.id;
       v_keys := v_keys || r.name_key;
       v_names := v_names || r.name;
       v_cores := v_cores || r.core_key;
       v_types := v_types || r.entity_type;
-    ELSE
-      v_alias_entities := v_alias_entities || r.id;
-      v_aliases := v_aliases || r.alias;
-      v_alias_keys := v_alias_keys || r.name_key;
-      v_alias_cores := v_alias_cores || r.core_key;
+    END IF;
+    IF r.context_id IS NOT NULL THEN
+      v_snippet_names := v_snippet_names || r.name;
+      v_snippet_keys := v_snippet_keys || r.name_key;
+      v_snippet_types := v_snippet_types || r.entity_type;
+      v_texts := v_texts || r.text;
+      v_seqs := v_seqs || r.turn_seq;
+      v_contexts_found := v_contexts_found || r.context_id;
+      v_times := v_times || r.created_at;
     END IF;
   END LOOP;
 """
-_SNIPPETS = """\
-  RETURN QUERY EXECUTE format(
-      'SELECT u.name, u.name_key, u.entity_type, c.text, c.turn_seq, c.id, c.created_at,'
-      ' NULL::text FROM unnest($1::bigint[], $2::varchar[], $3::text[], $4::varchar[])'
-      ' WITH ORDINALITY u(id, name, name_key, entity_type, n)'
-      ' CROSS JOIN LATERAL (SELECT c.text, c.turn_seq, c.id, c.created_at FROM %s c'
-      ' WHERE c.session_id = $5 AND c.entity_id = u.id'
-      ' ORDER BY c.turn_seq DESC, c.id DESC LIMIT $6) c'
-      ' ORDER BY u.n, c.turn_seq DESC, c.id DESC', v_contexts)
-    USING v_ids, v_names, v_keys, v_types, p_session_id, p_limit;
-"""
 
 
-def _or_through_distributed_tables(statement: str, schema: str, tables: tuple[str, ...]) -> str:
+def _or_through_distributed_tables(statement: str) -> str:
     """PL/pgSQL: ``statement``, run again through the distributed tables if a shard it
     names is gone (dropped after a move since the placement was read: Citus drops a moved
     group's old shards once no statement holds them); the rows of a failed run are none,
     as a missing table fails before the statement runs."""
-    reset = "\n".join(f"    v_{table} := {_quoted(schema + '.' + table)};" for table in tables)
     return f"""  BEGIN
 {textwrap.indent(statement.rstrip(), "  ")}
   EXCEPTION WHEN undefined_table THEN
-{reset}
-{statement.rstrip()}
+    v_local := false;
+{textwrap.indent(statement.rstrip(), "  ")}
   END;"""
 
 
 def _recall_definition(schema: str) -> str:
-    """The recall function: the resolving recall's rows (:mod:`resolving_recall`), in two
-    statements, each filtered by the session in every part (which Citus routes whole to
-    the session's shards where they are not on this node): the entities keyed or cored as
-    a key or named by such an alias, with those aliases; then the newest snippets of each
-    entity found."""
+    """The recall function: the resolving recall's rows (:mod:`resolving_recall`), read in
+    one statement (:data:`_RECALL`), filtered by the session in every part (which Citus
+    routes whole to the session's shards where they are not on this node): the candidates
+    a name may join, then each entity's newest snippets. Volatile, as it prepares its
+    statement; one statement reads one snapshot."""
     columns = ", ".join(f"{name} {sql_type}" for name, sql_type in _RECALL_COLUMNS)
     table_variables = _table_variables(schema, _RECALL_TABLES)
-    local_shards = _local_shards(schema, _RECALL_TABLES, writes=False)
-    candidates = _or_through_distributed_tables(_CANDIDATES, schema, _RECALL_TABLES)
-    snippets = _or_through_distributed_tables(_SNIPPETS, schema, _RECALL_TABLES)
-    # Stable: its statements read one snapshot, the call's.
+    local_shards = _local_shards(schema, "entities", writes=False)
+    recall = _or_through_distributed_tables(_recall_run(schema))
     return f"""CREATE OR REPLACE FUNCTION {schema}.{RECALL_FUNCTION}(
   p_session_id varchar, p_keys varchar[], p_limit integer)
 RETURNS TABLE ({columns})
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -406,12 +537,17 @@ DECLARE
   v_aliases varchar[] := '{{}}';
   v_alias_keys text[] := '{{}}';
   v_alias_cores text[] := '{{}}';
+  v_snippet_names varchar[] := '{{}}';
+  v_snippet_keys text[] := '{{}}';
+  v_snippet_types varchar[] := '{{}}';
+  v_texts text[] := '{{}}';
+  v_seqs bigint[] := '{{}}';
+  v_contexts_found bigint[] := '{{}}';
+  v_times double precision[] := '{{}}';
 {table_variables}
 BEGIN
 {local_shards}
-  -- The session's entities keyed or cored as a name or named by an alias keyed or cored
-  -- so, and those aliases.
-{candidates}
+{recall}
   -- The candidates, in the order of the statement's parts: entities keyed as a name, then
   -- cored as one; aliases keyed as one, then cored (each with its entity's key and name).
   entity_type := NULL; turn_seq := NULL; context_id := NULL; created_at := NULL;
@@ -442,12 +578,14 @@ BEGIN
       END LOOP;
     END IF;
   END LOOP;
-  -- Each entity's newest snippets (the index by session, entity and recency), in the
-  -- entities' order.
-  IF v_ids = '{{}}' THEN
-    RETURN;
-  END IF;
-{snippets}
+  -- Each entity's newest snippets, in the entities' order.
+  core_key := NULL;
+  FOR i IN 1 .. coalesce(array_length(v_texts, 1), 0) LOOP
+    name := v_snippet_names[i]; name_key := v_snippet_keys[i];
+    entity_type := v_snippet_types[i]; text := v_texts[i]; turn_seq := v_seqs[i];
+    context_id := v_contexts_found[i]; created_at := v_times[i];
+    RETURN NEXT;
+  END LOOP;
 END
 $function$"""
 
@@ -477,7 +615,6 @@ def definitions(connection: Connection) -> list[str]:
     schema = connection.execute(sa.text("SELECT quote_ident(current_schema())")).scalar_one()
     if "$function$" in schema:  # the bodies' quotes
         raise StoreError(f"the functions cannot be created in a schema named {schema}")
-    quoted = schema.replace("'", "''")  # inside a quoted literal
     statements = [
         _shard_lock_definition(schema),
         _save_definition(schema),
@@ -492,7 +629,7 @@ def definitions(connection: Connection) -> list[str]:
         (LOCK_FUNCTION, "varchar, boolean, integer", "true"),
     ):
         statements.append(
-            f"SELECT create_distributed_function('{quoted}.{function}({signature})', "
+            f"SELECT create_distributed_function({_quoted(f'{schema}.{function}({signature})')}, "
             f"'{DISTRIBUTION_ARGUMENT}', colocate_with => 'turns', "
             f"force_delegation => {forced})"
         )
