@@ -124,7 +124,8 @@ def _run_on(node: sa.URL, *statements: str, block: bool = False) -> list[tuple[l
         conn.execute("SET client_min_messages = debug2")
         for statement in statements:
             with conn.transaction() if block else nullcontext():
-                rows = conn.execute(statement).fetchall()
+                cursor = conn.execute(statement)
+                rows = cursor.fetchall() if cursor.description else []
             taken.append((list(messages), rows))
             messages.clear()
     return taken
@@ -236,3 +237,44 @@ def test_a_statement_prepared_in_a_call_rolled_back_is_run_by_the_next(
         ).fetchall()
     assert first == second and any(row[5] is not None for row in first)
     assert prepared == [(2,)]
+
+
+def test_statements_deallocated_under_the_functions_are_prepared_again(
+    url: str, citus_cluster: Cluster
+) -> None:
+    """``DEALLOCATE ALL`` (which psycopg sends after a rollback once it has prepared
+    statements of its own, where the functions run in a client's session) drops the
+    functions' statements but not their marks: the next save on the connection finds them
+    gone and prepares them again; the next recall reads through the distributed tables
+    once, and the one after prepares its statement again."""
+    here, _, _ = _holder(url)
+    count = "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'zerda\\_%'"
+    calls = (SAVE_CALL.format(turn=9001), RECALL_CALL, "DEALLOCATE ALL")
+    again = (SAVE_CALL.format(turn=9011), RECALL_CALL, count, RECALL_CALL, count)
+    *_, (_, saved), (_, recalled), (_, first), (_, recalled_again), (_, then) = _run_on(
+        here, *calls, *again
+    )
+    assert saved == [(9011, False)]
+    for rows in (recalled, recalled_again):
+        newest = [row[4] for row in rows if row[5] is not None and row[1] == "acme corp"]
+        assert newest[:1] == [9011]
+    assert first == [(2,)] and then == [(3,)]
+
+
+def test_a_save_keeps_every_digit_of_its_times_whatever_the_sessions_float_setting(
+    url: str, citus_cluster: Cluster
+) -> None:
+    """The save's values reach its prepared statements as text: at ``extra_float_digits =
+    0`` (a role's or a database's setting) a double would lose its last digits; the
+    function sets it for itself."""
+    here, _, _ = _holder(url)
+    created_at = 1712345678.1234567
+    call = SAVE_CALL.format(turn=9001).replace("::json, 9.0,", f"::json, {created_at!r},", 1)
+    assert repr(created_at) in call
+    (_, _), (_, saved) = _run_on(here, "SET extra_float_digits = 0", call)
+    assert saved == [(9001, False)]
+    with sa.create_engine(url).connect() as connection:
+        stored = connection.execute(
+            sa.text("SELECT created_at FROM turns WHERE session_id = 'acme' AND id = 9001")
+        ).scalar_one()
+    assert stored == created_at

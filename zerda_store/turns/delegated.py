@@ -247,9 +247,21 @@ class Statement:
 {textwrap.indent(self.dynamic(), "  ")}
   END IF;"""
 
+    def forgotten(self) -> str:
+        """PL/pgSQL: the statement prepared for the session's shard group, and its mark,
+        dropped from the connection: after it was found gone (``DEALLOCATE ALL``, which
+        psycopg sends after a rollback once it has prepared statements of its own, where
+        the function runs in a client's session) or naming a shard dropped since. The next
+        run prepares it again."""
+        return f"""  v_plan := {_quoted(self.name)} || v_shard;
+  IF EXISTS (SELECT 1 FROM pg_prepared_statements s WHERE s.name = v_plan) THEN
+    EXECUTE format('DEALLOCATE %I', v_plan);
+  END IF;
+  PERFORM set_config({_quoted(PREPARED_MARK)} || v_plan, '', false);"""
+
     def dynamic(self) -> str:
-        """PL/pgSQL: ``v_query``, the statement on the tables the variables name, planned
-        where it runs (what a stable function runs: it may not prepare)."""
+        """PL/pgSQL: ``v_query``, the statement on the distributed tables (the variables),
+        which Citus plans and routes."""
         tables = ", ".join(f"v_{table}" for table in self.tables)
         return f"""  v_query := format({_quoted(self.text)}, {tables});"""
 
@@ -353,6 +365,9 @@ def _save_definition(schema: str) -> str:
   {parameters})
 RETURNS TABLE (turn_id bigint, resolution_needed boolean)
 LANGUAGE plpgsql
+-- Its doubles go into the prepared statements as text: every digit of them, whatever the
+-- session's setting.
+SET extra_float_digits = 3
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -365,6 +380,7 @@ DECLARE
   v_turn bigint;
   v_newest bigint;
   v_own bigint;
+  v_attempt integer;
   i integer;
   j integer;
 {table_variables}
@@ -378,49 +394,65 @@ BEGIN
     RETURN QUERY SELECT NULL::bigint, true;
     RETURN;
   END IF;
-  -- What the guard reads, in one statement (_SAVE_READ).
-{_SAVE_READ.prepared(schema)}
-  FOR r IN EXECUTE v_query USING {_SAVE_READ.values} LOOP
-    IF r.part = 1 THEN
-      v_newest := r.id;
-    ELSIF r.part = 2 THEN
-      v_keys := v_keys || r.key;
-      v_ids := v_ids || r.id;
-      v_cores := v_cores || r.core;
-    ELSE
-      v_alias_keys := v_alias_keys || r.key;
-      v_alias_entities := v_alias_entities || r.entity;
-      v_cores := v_cores || r.core;
-    END IF;
-  END LOOP;
-  -- A turn of the session newer than the ids read: the unit of work saves this one.
-  IF p_turn_id <= v_newest THEN
-    RETURN QUERY SELECT NULL::bigint, true;
-    RETURN;
-  END IF;
-  -- The guard (single_trip._resolution_needed): a mention whose key an alias of another
-  -- entity has, or that names no entity while an entity or an alias has its core.
-  FOR i IN 1 .. coalesce(array_length(p_name_key, 1), 0) LOOP
-    v_own := NULL;
-    FOR j IN 1 .. coalesce(array_length(v_keys, 1), 0) LOOP
-      IF v_keys[j] = p_name_key[i] THEN v_own := v_ids[j]; END IF;
-    END LOOP;
-    FOR j IN 1 .. coalesce(array_length(v_alias_keys, 1), 0) LOOP
-      IF v_alias_keys[j] = p_name_key[i] AND v_alias_entities[j] IS DISTINCT FROM v_own THEN
+  -- Twice at most: a statement prepared on this connection may be gone, or name a shard
+  -- dropped since (Statement.forgotten); then it is prepared again.
+  FOR v_attempt IN 1 .. 2 LOOP
+    BEGIN
+      v_keys := '{{}}'; v_ids := '{{}}'; v_cores := '{{}}';
+      v_alias_keys := '{{}}'; v_alias_entities := '{{}}'; v_newest := NULL;
+      -- What the guard reads, in one statement (_SAVE_READ).
+{textwrap.indent(_SAVE_READ.prepared(schema), "    ")}
+      FOR r IN EXECUTE v_query USING {_SAVE_READ.values} LOOP
+        IF r.part = 1 THEN
+          v_newest := r.id;
+        ELSIF r.part = 2 THEN
+          v_keys := v_keys || r.key;
+          v_ids := v_ids || r.id;
+          v_cores := v_cores || r.core;
+        ELSE
+          v_alias_keys := v_alias_keys || r.key;
+          v_alias_entities := v_alias_entities || r.entity;
+          v_cores := v_cores || r.core;
+        END IF;
+      END LOOP;
+      -- A turn of the session newer than the ids read: the unit of work saves this one.
+      IF p_turn_id <= v_newest THEN
         RETURN QUERY SELECT NULL::bigint, true;
         RETURN;
       END IF;
-    END LOOP;
-    IF v_own IS NULL AND p_core_key[i] = ANY (v_cores) THEN
-      RETURN QUERY SELECT NULL::bigint, true;
+      -- The guard (single_trip._resolution_needed): a mention whose key an alias of another
+      -- entity has, or that names no entity while an entity or an alias has its core.
+      FOR i IN 1 .. coalesce(array_length(p_name_key, 1), 0) LOOP
+        v_own := NULL;
+        FOR j IN 1 .. coalesce(array_length(v_keys, 1), 0) LOOP
+          IF v_keys[j] = p_name_key[i] THEN v_own := v_ids[j]; END IF;
+        END LOOP;
+        FOR j IN 1 .. coalesce(array_length(v_alias_keys, 1), 0) LOOP
+          IF v_alias_keys[j] = p_name_key[i] AND v_alias_entities[j] IS DISTINCT FROM v_own THEN
+            RETURN QUERY SELECT NULL::bigint, true;
+            RETURN;
+          END IF;
+        END LOOP;
+        IF v_own IS NULL AND p_core_key[i] = ANY (v_cores) THEN
+          RETURN QUERY SELECT NULL::bigint, true;
+          RETURN;
+        END IF;
+      END LOOP;
+      -- The writes, in one statement (_SAVE_WRITE).
+{textwrap.indent(_SAVE_WRITE.prepared(schema), "    ")}
+      EXECUTE v_query INTO v_turn USING {_SAVE_WRITE.values};
+      -- No turn: the idempotency key was used in the session.
+      RETURN QUERY SELECT v_turn, false;
       RETURN;
-    END IF;
+    EXCEPTION WHEN invalid_sql_statement_name OR invalid_cursor_definition
+                   OR undefined_table THEN
+      IF v_attempt = 2 THEN
+        RAISE;
+      END IF;
+{textwrap.indent(_SAVE_READ.forgotten(), "    ")}
+{textwrap.indent(_SAVE_WRITE.forgotten(), "    ")}
+    END;
   END LOOP;
-  -- The writes, in one statement (_SAVE_WRITE).
-{_SAVE_WRITE.prepared(schema)}
-  EXECUTE v_query INTO v_turn USING {_SAVE_WRITE.values};
-  -- No turn: the idempotency key was used in the session.
-  RETURN QUERY SELECT v_turn, false;
 END
 $function$"""
 
@@ -450,12 +482,12 @@ _RECALL = Statement(
     " WHERE c.session_id = $1 AND c.entity_id = x.id"
     " ORDER BY c.turn_seq DESC, c.id DESC LIMIT $3) c ON true"
     " WHERE x.session_id = $1 AND (x.name_key = ANY ($2) OR x.core_key = ANY ($2)"
-    " OR x.id IN (SELECT a.entity_id FROM %s a WHERE a.session_id = $1"
-    " AND (a.alias_key = ANY ($2) OR a.core_key = ANY ($2))))"
+    " OR x.id = ANY (ARRAY(SELECT a.entity_id FROM %s a WHERE a.session_id = $1"
+    " AND (a.alias_key = ANY ($2) OR a.core_key = ANY ($2)))))"
     " UNION ALL SELECT 2, a.entity_id, a.alias_key, NULL, a.core_key, NULL, a.alias,"
     " NULL, NULL, NULL, NULL FROM %s a"
     " WHERE a.session_id = $1 AND (a.alias_key = ANY ($2) OR a.core_key = ANY ($2))"
-    " ORDER BY 1, 2, 9 DESC, 10 DESC",
+    " ORDER BY 1, 2, 9 DESC, 10 DESC, 3",
     ("entities", "contexts", "entity_aliases", "entity_aliases"),
     (("p_session_id", "varchar"), ("p_keys", "varchar[]"), ("p_limit", "integer")),
 )
@@ -465,6 +497,11 @@ def _recall_run(schema: str) -> str:
     """PL/pgSQL: the recall's statement run, its rows gathered in the function's arrays."""
     return f"""\
 {_RECALL.prepared(schema)}
+  v_ids := '{{}}'; v_keys := '{{}}'; v_names := '{{}}'; v_cores := '{{}}'; v_types := '{{}}';
+  v_alias_entities := '{{}}'; v_aliases := '{{}}'; v_alias_keys := '{{}}';
+  v_alias_cores := '{{}}'; v_snippet_names := '{{}}'; v_snippet_keys := '{{}}';
+  v_snippet_types := '{{}}'; v_texts := '{{}}'; v_seqs := '{{}}'; v_contexts_found := '{{}}';
+  v_times := '{{}}';
   FOR r IN EXECUTE v_query USING {_RECALL.values} LOOP
     IF r.part = 2 THEN
       v_alias_entities := v_alias_entities || r.id;
@@ -493,16 +530,18 @@ def _recall_run(schema: str) -> str:
 """
 
 
-def _or_through_distributed_tables(statement: str) -> str:
-    """PL/pgSQL: ``statement``, run again through the distributed tables if a shard it
-    names is gone (dropped after a move since the placement was read: Citus drops a moved
-    group's old shards once no statement holds them); the rows of a failed run are none,
-    as a missing table fails before the statement runs."""
+def _or_through_distributed_tables(run: str, statement: Statement) -> str:
+    """PL/pgSQL: ``run`` (of ``statement``), run again through the distributed tables if a
+    shard it names is gone (dropped after a move since the placement was read: Citus drops
+    a moved group's old shards once no statement holds them) or its prepared statement is
+    (:meth:`Statement.forgotten`, which the next call prepares again); the rows of a failed
+    run are none, as it fails before the statement runs."""
     return f"""  BEGIN
-{textwrap.indent(statement.rstrip(), "  ")}
-  EXCEPTION WHEN undefined_table THEN
+{textwrap.indent(run.rstrip(), "  ")}
+  EXCEPTION WHEN undefined_table OR invalid_sql_statement_name OR invalid_cursor_definition THEN
+{textwrap.indent(statement.forgotten(), "  ")}
     v_local := false;
-{textwrap.indent(statement.rstrip(), "  ")}
+{textwrap.indent(run.rstrip(), "  ")}
   END;"""
 
 
@@ -515,7 +554,7 @@ def _recall_definition(schema: str) -> str:
     columns = ", ".join(f"{name} {sql_type}" for name, sql_type in _RECALL_COLUMNS)
     table_variables = _table_variables(schema, _RECALL_TABLES)
     local_shards = _local_shards(schema, "entities", writes=False)
-    recall = _or_through_distributed_tables(_recall_run(schema))
+    recall = _or_through_distributed_tables(_recall_run(schema), _RECALL)
     return f"""CREATE OR REPLACE FUNCTION {schema}.{RECALL_FUNCTION}(
   p_session_id varchar, p_keys varchar[], p_limit integer)
 RETURNS TABLE ({columns})
