@@ -380,7 +380,6 @@ DECLARE
   v_turn bigint;
   v_newest bigint;
   v_own bigint;
-  v_attempt integer;
   i integer;
   j integer;
 {table_variables}
