@@ -28,10 +28,11 @@ each statement prepared once per shard group on the connection it runs on
   while it ran as those after the newest it planned). Either way the routed unit of work
   follows (:mod:`db.routes`).
 - The recall (:data:`RECALL_FUNCTION`) returns the rows of the resolving recall
-  (:mod:`resolving_recall`), with the columns of an aged one: the candidates a name may
-  join in the statement's order (entities keyed, then cored, as a name; aliases keyed,
-  then cored, so), then each entity's newest snippets: one statement, on the shards
-  where they are on its node, else through the distributed tables (Citus routes it).
+  (:mod:`resolving_recall`), with the columns of an aged one: each entity's newest
+  snippets, then the candidates a name may join in the statement's order (entities
+  keyed, then cored, as a name; aliases keyed, then cored, so), read in one statement,
+  on the shards where they are on its node, else through the distributed tables (Citus
+  routes it).
 - The lock (:data:`LOCK_FUNCTION`): erasure, clear, import and the other writes that take
   the session's lock exclusively take it on the worker too, through this function,
   distributed with ``force_delegation`` so that Citus runs it there inside their
@@ -493,14 +494,14 @@ _RECALL = Statement(
 
 
 def _recall_run(schema: str) -> str:
-    """PL/pgSQL: the recall's statement run, its rows gathered in the function's arrays."""
+    """PL/pgSQL: the recall's statement run: each snippet returned as it comes (the
+    entities by id, each one's newest first), the candidates gathered in the function's
+    arrays."""
     return f"""\
 {_RECALL.prepared(schema)}
   v_ids := '{{}}'; v_keys := '{{}}'; v_names := '{{}}'; v_cores := '{{}}'; v_types := '{{}}';
   v_alias_entities := '{{}}'; v_aliases := '{{}}'; v_alias_keys := '{{}}';
-  v_alias_cores := '{{}}'; v_snippet_names := '{{}}'; v_snippet_keys := '{{}}';
-  v_snippet_types := '{{}}'; v_texts := '{{}}'; v_seqs := '{{}}'; v_contexts_found := '{{}}';
-  v_times := '{{}}';
+  v_alias_cores := '{{}}';
   FOR r IN EXECUTE v_query USING {_RECALL.values} LOOP
     IF r.part = 2 THEN
       v_alias_entities := v_alias_entities || r.id;
@@ -517,13 +518,10 @@ def _recall_run(schema: str) -> str:
       v_types := v_types || r.entity_type;
     END IF;
     IF r.context_id IS NOT NULL THEN
-      v_snippet_names := v_snippet_names || r.name;
-      v_snippet_keys := v_snippet_keys || r.name_key;
-      v_snippet_types := v_snippet_types || r.entity_type;
-      v_texts := v_texts || r.text;
-      v_seqs := v_seqs || r.turn_seq;
-      v_contexts_found := v_contexts_found || r.context_id;
-      v_times := v_times || r.created_at;
+      name := r.name; name_key := r.name_key; entity_type := r.entity_type; text := r.text;
+      turn_seq := r.turn_seq; context_id := r.context_id; created_at := r.created_at;
+      core_key := NULL;
+      RETURN NEXT;
     END IF;
   END LOOP;
 """
@@ -547,9 +545,10 @@ def _or_through_distributed_tables(run: str, statement: Statement) -> str:
 def _recall_definition(schema: str) -> str:
     """The recall function: the resolving recall's rows (:mod:`resolving_recall`), read in
     one statement (:data:`_RECALL`), filtered by the session in every part (which Citus
-    routes whole to the session's shards where they are not on this node): the candidates
-    a name may join, then each entity's newest snippets. Volatile, as it prepares its
-    statement; one statement reads one snapshot."""
+    routes whole to the session's shards where they are not on this node): each entity's
+    newest snippets, then the candidates a name may join (the statement's order, as the
+    resolving recall's). Volatile, as it prepares its statement; one statement reads one
+    snapshot."""
     columns = ", ".join(f"{name} {sql_type}" for name, sql_type in _RECALL_COLUMNS)
     table_variables = _table_variables(schema, _RECALL_TABLES)
     local_shards = _local_shards(schema, "entities", writes=False)
@@ -575,13 +574,6 @@ DECLARE
   v_aliases varchar[] := '{{}}';
   v_alias_keys text[] := '{{}}';
   v_alias_cores text[] := '{{}}';
-  v_snippet_names varchar[] := '{{}}';
-  v_snippet_keys text[] := '{{}}';
-  v_snippet_types varchar[] := '{{}}';
-  v_texts text[] := '{{}}';
-  v_seqs bigint[] := '{{}}';
-  v_contexts_found bigint[] := '{{}}';
-  v_times double precision[] := '{{}}';
 {table_variables}
 BEGIN
 {local_shards}
@@ -615,14 +607,6 @@ BEGIN
         END IF;
       END LOOP;
     END IF;
-  END LOOP;
-  -- Each entity's newest snippets, in the entities' order.
-  core_key := NULL;
-  FOR i IN 1 .. coalesce(array_length(v_texts, 1), 0) LOOP
-    name := v_snippet_names[i]; name_key := v_snippet_keys[i];
-    entity_type := v_snippet_types[i]; text := v_texts[i]; turn_seq := v_seqs[i];
-    context_id := v_contexts_found[i]; created_at := v_times[i];
-    RETURN NEXT;
   END LOOP;
 END
 $function$"""
