@@ -37,10 +37,12 @@ import enum
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from ..errors import DatabaseUnavailableError
 from .aio import loop_reads, loop_writes
 from .execution.driver import Runnable
 from .execution.pipeline import write_pipelined
 from .execution.unit_of_work import OneStatement, SessionLock, SessionLockStatements, Transaction
+from .placements import Address
 from .sharding import Sharding, distributed
 from .store import StoreCore
 
@@ -108,6 +110,19 @@ class Save(Generic[T]):
         self.one_trip = one_trip
 
 
+class SessionsCall(OneStatement[T]):
+    """A read that is one call of a function Citus runs on the worker that holds
+    ``session_id``'s shards: a store that routes to workers sends it there itself."""
+
+    __slots__ = ("session_id",)
+
+    def __init__(
+        self, session_id: str, statement: Runnable, values: Any, then: Callable[[list[Any]], T]
+    ) -> None:
+        super().__init__(statement, values, then)
+        self.session_id = session_id
+
+
 class Routes:
     """A store's routes: they know its dialect and, once read, whether Citus distributes its
     tables. Cheap to make (each repository makes its own); what they learn is kept by the
@@ -153,7 +168,7 @@ class Routes:
         route = self.route(save)
         if route is Route.ONE_TRIP or route is Route.DELEGATED:
             self.store.check_writable()  # before the trip's own read (Citus: the ids)
-            stored, value = self._pipelined(self._trip(save, route))
+            stored, value = self._pipelined(self._trip(save, route), save.session_id)
             if stored:
                 return value
             route = unit_of_work_of(route)
@@ -188,7 +203,7 @@ class Routes:
                 return False, None  # type: ignore[return-value]
             ready = trip or self._trip(save, chosen)  # which may read (Citus: the ids)
             before_send()  # a cancellation until here stops the save
-            return self._pipelined(ready)
+            return self._pipelined(ready, save.session_id)
 
         def then() -> tuple[Callable[[Transaction], T], SessionLock]:
             store.check_writable()  # as the sync save's unit of work checks it
@@ -213,21 +228,75 @@ class Routes:
         steps = [(lock, {"session_id": save.session_id}), (trip.statement, trip.values)]
         return steps, trip
 
-    def _pipelined(self, trip: tuple[list[tuple[Runnable, Any]], OneTrip[T]]) -> tuple[bool, T]:
-        """The one trip sent from this thread (:func:`execution.pipeline.write_pipelined`)."""
+    def _pipelined(
+        self, trip: tuple[list[tuple[Runnable, Any]], OneTrip[T]], session_id: str
+    ) -> tuple[bool, T]:
+        """The one trip sent from this thread (:func:`execution.pipeline.write_pipelined`);
+        a delegated call, where the store routes to workers, to the session's worker."""
         steps, one_trip = trip
+        placements = self.store.placements
+        address = None
+        if placements is not None and len(steps) == 1:  # a delegated call: the call alone
+            address = placements.node_of(session_id)
+        if address is not None:
+            assert placements is not None
+            try:
+                stored, value = one_trip.outcome(write_pipelined(placements.worker(address), steps))
+            except DatabaseUnavailableError as exc:  # not sent: through the coordinator
+                placements.unreachable(address, exc)
+            else:
+                if not stored:  # maybe moved away (or a name to resolve): read them again
+                    placements.stale()
+                return stored, value
         return one_trip.outcome(write_pipelined(self.store, steps))
 
     # -- short reads ----------------------------------------------------------------------
 
+    def read(self, work: Callable[[Transaction], T]) -> T:
+        """A short read; a :class:`SessionsCall`, where the store routes to workers, sent
+        to the session's worker."""
+        address = self._worker_of(work)
+        if address is not None:
+            try:
+                return self._worker(address).read(work)
+            except DatabaseUnavailableError as exc:
+                self._unreachable(address, exc)
+        return self.store.read(work)
+
     async def aread(self, work: Callable[[Transaction], T]) -> T:
-        """A short read, awaited, where it costs least (see the module)."""
+        """A short read, awaited, where it costs least (see the module); a
+        :class:`SessionsCall`, where the store routes to workers, sent to the session's
+        worker (from a database thread when where that is needs a read)."""
         store = self.store
         if not self._postgres:  # SQLite: here, on the event loop
             return store.read(work)
+        placements = store.placements
+        if placements is not None and isinstance(work, SessionsCall):
+            known, address = placements.known(work.session_id)
+            if not known:
+                return await store.arun(lambda: self.read(work))
+            if address is not None:
+                try:
+                    return await loop_reads.read(self._worker(address), work)
+                except DatabaseUnavailableError as exc:
+                    self._unreachable(address, exc)
         if isinstance(work, OneStatement):
             return await loop_reads.read(store, work)
         return await store.aread(work)
+
+    def _worker_of(self, work: object) -> Address | None:
+        placements = self.store.placements
+        if placements is None or not isinstance(work, SessionsCall):
+            return None
+        return placements.node_of(work.session_id)
+
+    def _worker(self, address: Address) -> StoreCore:
+        assert self.store.placements is not None
+        return self.store.placements.worker(address)
+
+    def _unreachable(self, address: Address, exc: BaseException) -> None:
+        assert self.store.placements is not None
+        self.store.placements.unreachable(address, exc)
 
 
 def _stored(trip: OneTrip[Any]) -> Callable[[list[Any]], bool]:

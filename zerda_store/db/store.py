@@ -55,12 +55,14 @@ from .connections.settings import (
     checked_schema,
     create_store_engine,
     prepared_statements_option,
+    route_to_workers_option,
     transaction_settings,
 )
 from .connections.urls import resolve_url, safe_url, scrub
 from .execution import unit_of_work
 from .execution.driver import CompiledStatement, compile_statement
 from .execution.unit_of_work import SessionLock, Transaction
+from .placements import Placements
 
 logger = logging.getLogger("zerda_store.engine")
 
@@ -90,6 +92,7 @@ class StoreCore:
         pool_timeout: float = DEFAULT_POOL_TIMEOUT,
         prepared_statements: bool | None = None,
         telemetry: Telemetry | None = None,
+        route_to_workers: bool | None = None,
     ):
         for name, seconds in (("lock_timeout", lock_timeout), ("pool_timeout", pool_timeout)):
             if not seconds > 0:
@@ -105,6 +108,10 @@ class StoreCore:
         self.schema = checked_schema(schema) if schema is not None else None
         # True, False, or None: not said (none prepared where a pooler is found, :mod:`connections.settings`).
         self.prepared_statements = prepared_statements_option(self.url, prepared_statements)
+        # Citus: where each session's delegated calls go straight to (:mod:`placements`).
+        self.placements: Placements[StoreCore] | None = None
+        if route_to_workers_option(self.url, route_to_workers):
+            self.placements = Placements(self, self._open_worker)
         self._aio = AsyncPart(
             self,
             llm_workers=llm_workers,
@@ -211,6 +218,24 @@ class StoreCore:
             self._returned.wait_for(lambda: not self._returning)
         self._aio.close()
         self.drop_connections()
+        for worker in self.placements.close() if self.placements is not None else ():
+            worker.close()
+
+    def _open_worker(self, url: URL) -> StoreCore:
+        """A store on a Citus worker at ``url`` with this store's settings, for the calls
+        sent straight to it (:mod:`placements`)."""
+        return StoreCore(
+            url,
+            durability=self.durability,
+            lock_timeout=self.lock_timeout,
+            read_only=self.read_only,
+            schema=self.schema,
+            llm_workers=1,
+            async_pool_size=self.async_pool_size,
+            pool_timeout=self.pool_timeout,
+            prepared_statements=self.prepared_statements,
+            telemetry=self.telemetry,
+        )
 
     async def aclose(self) -> None:
         """:meth:`close` from async code: it waits for running units of work on a thread,
@@ -440,6 +465,11 @@ class Store:
     server, and the store's settings are sent inside each transaction instead of once per
     connection (:mod:`connections.settings`). Schema changes (``db upgrade``) need a direct connection.
 
+    ``route_to_workers=True`` (Citus; or ``?route_to_workers=true`` in the coordinator's
+    URL) sends each save's and each recall's call straight to the worker that holds the
+    session's shards, one hop instead of two, on a pool per worker with the store's
+    settings; everything else goes to the coordinator (:mod:`placements`, docs/citus.md).
+
     ``telemetry`` (a :class:`zerda_store.telemetry.Telemetry`) says how the store reports
     itself to OpenTelemetry: by default through the global providers, once configured, and
     without turn texts, names or snippets (docs/observability.md).
@@ -464,6 +494,7 @@ class Store:
         pool_timeout: float = DEFAULT_POOL_TIMEOUT,
         prepared_statements: bool | None = None,
         telemetry: Telemetry | None = None,
+        route_to_workers: bool | None = None,
     ):
         self._core = StoreCore(
             database_url,
@@ -476,6 +507,7 @@ class Store:
             pool_timeout=pool_timeout,
             prepared_statements=prepared_statements,
             telemetry=telemetry,
+            route_to_workers=route_to_workers,
         )
 
     def __repr__(self) -> str:

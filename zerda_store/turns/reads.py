@@ -15,7 +15,7 @@ from operator import ne
 from typing import Any
 
 from ..db.execution.unit_of_work import OneStatement, Transaction
-from ..db.routes import Routes
+from ..db.routes import Routes, SessionsCall
 from ..db.store import StoreCore
 from ..identity.resolution import Resolver
 from ..identity.statements import IdentityStatements
@@ -101,7 +101,7 @@ class Reads(TurnHistory):
         each one's name with its last ``limit`` snippets (oldest first). The mentions are
         resolved (aliases, titled forms) in the statement that reads the snippets, with no
         transaction around it (:mod:`resolving_recall`)."""
-        rows, unique = self.store.read(self.recall_work(session_id, mentions, limit, visible))
+        rows, unique = self.routes.read(self.recall_work(session_id, mentions, limit, visible))
         return recalled(rows, unique, visible)
 
     def recall_work(
@@ -127,11 +127,12 @@ class Reads(TurnHistory):
             return OneStatement(None, None, lambda _rows: ([], []))
         if self._resolving.in_one_statement:
             values = ResolvingRecall.values(session_id, mentions, limit)
+            then = partial(resolved, resolver, mentions)
             if self.routes.delegated():  # Citus: run on the session's worker
-                statement = self.store.statements(DelegatedCalls).recall
-            else:
-                statement = self._resolving.statement(aged, self.routes.routed())
-            return OneStatement(statement, values, partial(resolved, resolver, mentions))
+                recall = self.store.statements(DelegatedCalls).recall
+                return SessionsCall(session_id, recall, values, then)
+            statement = self._resolving.statement(aged, self.routes.routed())
+            return OneStatement(statement, values, then)
         # A titled form (its key is not its core's): resolve.
         titled = any(map(ne, map(MENTION_KEY, mentions), map(MENTION_CORE_KEY, mentions)))
 

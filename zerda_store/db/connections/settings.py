@@ -58,6 +58,8 @@ IMMUTABLE = "zerda_store_immutable"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # The URL query key of the store's ``prepared_statements`` option, and the values it takes.
 PREPARED_STATEMENTS = "prepared_statements"
+# The URL query key of the store's ``route_to_workers`` option (Citus, :mod:`db.placements`).
+ROUTE_TO_WORKERS = "route_to_workers"
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 Durability = Literal["full", "normal"]
@@ -120,6 +122,30 @@ def prepared_statements_option(url: URL, prepared_statements: bool | None) -> bo
     return None if given is None else given.lower() in _TRUE
 
 
+def route_to_workers_option(url: URL, route_to_workers: bool | None) -> bool:
+    """Whether the store sends its delegated calls straight to the session's worker:
+    ``route_to_workers`` if given, else the URL's ``?route_to_workers=`` (true or false),
+    else no. Only Postgres has the choice (it takes effect where Citus distributes the
+    tables)."""
+    given = url.query.get(ROUTE_TO_WORKERS)
+    if isinstance(given, tuple):
+        given = given[-1]
+    if given is not None and given.lower() not in _TRUE + _FALSE:
+        raise StoreError(
+            f"{ROUTE_TO_WORKERS}= in the database URL takes true or false, got {given!r}"
+        )
+    chosen = (
+        route_to_workers
+        if route_to_workers is not None
+        else given is not None and given.lower() in _TRUE
+    )
+    if chosen and url.get_backend_name() != "postgresql":
+        raise StoreError(
+            f"{ROUTE_TO_WORKERS}= applies to Postgres only (it is for a Citus coordinator's URL)"
+        )
+    return bool(chosen)
+
+
 def create_store_engine(
     url: URL,
     *,
@@ -149,7 +175,7 @@ def create_store_engine(
 def engine_options(url: URL, lock_timeout: float, schema: str | None) -> tuple[URL, dict[str, Any]]:
     """The URL to give the driver and the engine's options."""
     _check_supported(url)
-    url = url.difference_update_query([PREPARED_STATEMENTS])  # the store's, not libpq's
+    url = url.difference_update_query([PREPARED_STATEMENTS, ROUTE_TO_WORKERS])  # the store's
     if url.get_backend_name() == "sqlite":
         if schema is not None:
             raise StoreError("schema= applies to Postgres only: a SQLite file has no schemas")
