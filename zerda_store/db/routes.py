@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from ..errors import DatabaseUnavailableError
 from .aio import loop_reads, loop_writes
@@ -73,9 +73,10 @@ class OneTrip(Generic[T]):
     ``(True, value)`` once stored, ``(False, _)`` when it wrote nothing and the unit of
     work must follow. ``first``: a statement (and its values) sent before it, in a trip of
     its own, whose one row's columns join the values (Citus: the ids the coordinator's
-    sequences give, for a save run on a worker)."""
+    sequences give, for a save run on a worker). ``here``: the statement as sent straight
+    to the session's worker (Citus, ``route_to_workers``: run where it is sent)."""
 
-    __slots__ = ("first", "outcome", "statement", "values")
+    __slots__ = ("first", "here", "outcome", "statement", "values")
 
     def __init__(
         self,
@@ -83,11 +84,13 @@ class OneTrip(Generic[T]):
         values: dict[str, Any],
         outcome: Callable[[list[Any]], tuple[bool, T]],
         first: tuple[Runnable, Any] | None = None,
+        here: Runnable | None = None,
     ) -> None:
         self.statement = statement
         self.values = values
         self.outcome = outcome
         self.first = first
+        self.here = here
 
 
 class Save(Generic[T]):
@@ -112,15 +115,26 @@ class Save(Generic[T]):
 
 class SessionsCall(OneStatement[T]):
     """A read that is one call of a function Citus runs on the worker that holds
-    ``session_id``'s shards: a store that routes to workers sends it there itself."""
+    ``session_id``'s shards: a store that routes to workers sends it there itself, as
+    ``here`` (run where it is sent)."""
 
-    __slots__ = ("session_id",)
+    __slots__ = ("here", "session_id")
 
     def __init__(
-        self, session_id: str, statement: Runnable, values: Any, then: Callable[[list[Any]], T]
+        self,
+        session_id: str,
+        statement: Runnable,
+        values: Any,
+        then: Callable[[list[Any]], T],
+        here: Runnable,
     ) -> None:
         super().__init__(statement, values, then)
         self.session_id = session_id
+        self.here = here
+
+    def sent_here(self) -> OneStatement[T]:
+        """The read as sent to the session's worker."""
+        return OneStatement(self.here, self.values, self.then)
 
 
 class Routes:
@@ -236,12 +250,13 @@ class Routes:
         steps, one_trip = trip
         placements = self.store.placements
         address = None
-        if placements is not None and len(steps) == 1:  # a delegated call: the call alone
+        if placements is not None and one_trip.here is not None:  # a delegated call
             address = placements.node_of(session_id)
         if address is not None:
-            assert placements is not None
+            assert placements is not None and one_trip.here is not None
+            here = [(one_trip.here, one_trip.values)]
             try:
-                stored, value = one_trip.outcome(write_pipelined(placements.worker(address), steps))
+                stored, value = one_trip.outcome(write_pipelined(placements.worker(address), here))
             except DatabaseUnavailableError as exc:  # not sent: through the coordinator
                 placements.unreachable(address, exc)
             else:
@@ -257,8 +272,9 @@ class Routes:
         to the session's worker."""
         address = self._worker_of(work)
         if address is not None:
+            call = cast(SessionsCall[T], work)
             try:
-                return self._worker(address).read(work)
+                return self._worker(address).read(call.sent_here())
             except DatabaseUnavailableError as exc:
                 self._unreachable(address, exc)
         return self.store.read(work)
@@ -277,7 +293,7 @@ class Routes:
                 return await store.arun(lambda: self.read(work))
             if address is not None:
                 try:
-                    return await loop_reads.read(self._worker(address), work)
+                    return await loop_reads.read(self._worker(address), work.sent_here())
                 except DatabaseUnavailableError as exc:
                     self._unreachable(address, exc)
         if isinstance(work, OneStatement):

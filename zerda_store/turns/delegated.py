@@ -669,6 +669,18 @@ class DelegatedCalls:
             *(sa.bindparam(value, type_=kind) for _, _, value, kind in _SAVE_PARAMETERS)
         ).table_valued("turn_id", "resolution_needed")
         self.save: CompiledStatement = compile_statement(sa.select(*save.c), dialect)
+        # Each call as sent to the node that holds the session's shards (``route_to_workers``,
+        # :mod:`db.placements`), with a filter that is always true (checked once per call)
+        # and that the planner keeps: Citus delegates only a call with no filter, so it
+        # runs this one where it is sent, without looking the session's placement up
+        # (which it does for a bare call, even to find it on its own node), and lets
+        # PostgreSQL keep its plan (a delegable call with parameters is planned at every
+        # run). About 0.15 ms less per call here. Where the shards are not there after
+        # all, the function finds them elsewhere, as when a move overtakes a delegated call.
+        here = sa.text("pg_backend_pid() IS NOT NULL")
+        self.save_here: CompiledStatement = compile_statement(
+            sa.select(*save.c).where(here), dialect
+        )
         # The ids of the rows a save may write, from the coordinator's sequences (where the
         # routed statements take theirs): one for the turn and its ledger row, one per
         # mention for a new entity and for its snippet, each list in ascending order.
@@ -703,3 +715,6 @@ class DelegatedCalls:
             sa.bindparam("limit", type_=sa.Integer()),
         ).table_valued(*(name for name, _ in _RECALL_COLUMNS))
         self.recall: CompiledStatement = compile_statement(sa.select(*recall.c), dialect)
+        self.recall_here: CompiledStatement = compile_statement(
+            sa.select(*recall.c).where(here), dialect
+        )

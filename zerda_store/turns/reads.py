@@ -129,8 +129,8 @@ class Reads(TurnHistory):
             values = ResolvingRecall.values(session_id, mentions, limit)
             then = partial(resolved, resolver, mentions)
             if self.routes.delegated():  # Citus: run on the session's worker
-                recall = self.store.statements(DelegatedCalls).recall
-                return SessionsCall(session_id, recall, values, then)
+                calls = self.store.statements(DelegatedCalls)
+                return SessionsCall(session_id, calls.recall, values, then, calls.recall_here)
             statement = self._resolving.statement(aged, self.routes.routed())
             return OneStatement(statement, values, then)
         # A titled form (its key is not its core's): resolve.

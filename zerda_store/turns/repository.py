@@ -99,7 +99,7 @@ class Repository(Reads):
         calls = self.store.statements(DelegatedCalls)
         values["lock_timeout_ms"] = milliseconds(self.store.lock_timeout)
         ids = (calls.ids, {"count": len(turn.mentions)})
-        return OneTrip(calls.save, values, one_trip_outcome, first=ids)
+        return OneTrip(calls.save, values, one_trip_outcome, first=ids, here=calls.save_here)
 
     def _turn_unit(
         self, session_id: str, turn: NewTurn, routed: bool
