@@ -1,12 +1,14 @@
 """Elastic harness: a Citus cluster grows by a worker and shrinks by another while writers
 save and recall through one :class:`Store`.
 
-    python -m tests.elastic.harness [--writers 4] [--sessions 4] [--settle 3] [--timeout 420]
+    python -m tests.elastic.harness [--writers 4] [--routed 2] [--sessions 4] [--settle 3]
+                                    [--timeout 420]
                                     [--node-setting 'NAME = VALUE' ...] [--logs DIR]
                                     [--no-commit-check]
 
 A coordinator and two workers (``scripts/citus``) hold a database distributed by session
-(8 shards). Writer threads share one store; each saves turns of its own sessions, every
+(8 shards). Writer threads share one store (``--routed`` of them, 2 by default, a second one
+that sends its calls straight to the sessions' workers, ``route_to_workers``); each saves turns of its own sessions, every
 turn with an idempotency key, and after each save recalls and looks for that turn's snippet.
 Meanwhile the operator's commands run, as ``zerda-store db citus`` runs them: a third node
 is started and added (``citus_add_node``), the shards rebalanced in ``auto`` mode, then one
@@ -48,7 +50,7 @@ from tests.elastic.cluster import Cluster, ClusterError, add_node_settings, clus
 from zerda_store import ConversationEntityMemory, Store, migrate
 from zerda_store.db.citus import distribution, nodes
 from zerda_store.db.schema import turns
-from zerda_store.db.store import StoreCore
+from zerda_store.db.store import StoreCore, core_of
 from zerda_store.errors import StoreError
 
 NAMES = ("Alice Harper", "Bilal Haddad")
@@ -198,6 +200,7 @@ def run(
     pause: float,
     settings: list[str],
     logs: Path | None = None,
+    routed: int = 0,
 ) -> Outcome:
     started = time.monotonic()
     with cluster(settings, logs) as running:
@@ -206,20 +209,38 @@ def run(
             migrate.upgrade(admin)
             migrate.distribute(admin)
         ready = time.monotonic()
-        outcome = _grow_and_shrink(running, url, writers, sessions, settle, pause)
+        outcome = _grow_and_shrink(running, url, writers, sessions, settle, pause, routed)
         outcome.figures["cluster set up in"] = f"{ready - started:.1f} s"
     outcome.figures["harness run time"] = f"{time.monotonic() - started:.1f} s"
     return outcome
 
 
 def _grow_and_shrink(
-    running: Cluster, url: str, count: int, sessions: int, settle: float, pause: float
+    running: Cluster,
+    url: str,
+    count: int,
+    sessions: int,
+    settle: float,
+    pause: float,
+    routed: int = 0,
 ) -> Outcome:
+    """``routed``: how many of the ``count`` writers share a second store, one that sends its
+    calls straight to the sessions' workers (``route_to_workers``)."""
     stop = threading.Event()
     writers = [Writer(number, sessions, pause) for number in range(count)]
     steps: dict[str, str] = {}
-    with Store(url) as store, Store(url) as admin, Moves(url) as moves:
-        threads = [threading.Thread(target=w.run, args=(store, stop), daemon=True) for w in writers]
+    with (
+        Store(url) as store,
+        Store(url, route_to_workers=True) as to_workers,
+        Store(url) as admin,
+        Moves(url) as moves,
+    ):
+        threads = [
+            threading.Thread(
+                target=w.run, args=(to_workers if w.number < routed else store, stop), daemon=True
+            )
+            for w in writers
+        ]
         for thread in threads:
             thread.start()
         try:
@@ -240,6 +261,9 @@ def _grow_and_shrink(
             for thread in threads:
                 thread.join(60)
         layout = nodes.nodes(admin)
+        placements = core_of(to_workers).placements
+        assert placements is not None
+        sent_to = placements.opened()
         with admin.connect() as connection:
             stored = Counter(
                 (row.session_id, row.idempotency_key)
@@ -258,6 +282,11 @@ def _grow_and_shrink(
         if SHARD_TABLE.match(str(name))
     ]
     outcome = _check(writers, stored, layout, f"{removed.host}:{removed.port}", left_tables, steps)
+    outcome.figures["workers the routed writers' calls went to"] = (
+        ", ".join(f"{host}:{port}" for host, port in sent_to) or "none"
+    )
+    if routed:
+        outcome.checks["the routed writers' calls went to the workers"] = len(sent_to) >= 2
     when = {key: moment for w in writers for key, moment in w.when.items()}
     if lost:
         outcome.figures["lost turns (first 10)"] = ", ".join(
@@ -340,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=4, help="Writer threads.")
     parser.add_argument("--sessions", type=int, default=4, help="Sessions per writer.")
     parser.add_argument(
+        "--routed",
+        type=int,
+        default=2,
+        help="How many of the writers share a store that routes its calls to the workers.",
+    )
+    parser.add_argument(
         "--settle", type=float, default=3.0, help="Seconds of writes before and after each step."
     )
     parser.add_argument(
@@ -365,7 +400,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("zerda_store").setLevel(logging.ERROR)
     try:
         outcome = run(
-            args.writers, args.sessions, args.settle, args.pause, args.node_setting, args.logs
+            args.writers,
+            args.sessions,
+            args.settle,
+            args.pause,
+            args.node_setting,
+            args.logs,
+            args.routed,
         )
     except (ClusterError, StoreError) as exc:
         print(f"elastic harness: {exc}", file=sys.stderr)

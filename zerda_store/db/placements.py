@@ -146,6 +146,11 @@ class Placements(Generic[N]):
                 )
             return found
 
+    def opened(self) -> list[Address]:
+        """The workers whose stores are open (each got a call)."""
+        with self._lock:
+            return list(self._workers)
+
     def unreachable(self, address: Address, exc: BaseException) -> None:
         """Pass the worker at ``address`` over until the next read of the nodes."""
         logger.warning(
