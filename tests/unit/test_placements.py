@@ -87,6 +87,7 @@ def test_a_sessions_node_is_read_once_then_kept_until_the_nodes_are_read_again(
 ) -> None:
     coordinator = Coordinator()
     opened: list[sa.URL] = []
+
     def open_worker(url: sa.URL) -> sa.URL:
         opened.append(url)
         return url
