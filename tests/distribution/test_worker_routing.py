@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from tests.citus import Cluster
 from tests.distribution.test_erasure_after_a_move import move_session
-from tests.distribution.test_fast_path import DELEGATED, Planning
+from tests.distribution.test_fast_path import DELEGATED, ROUTER_PLAN, Planning
 from tests.doubles import KeywordLLM
 from zerda_store import ConversationEntityMemory, Store
 from zerda_store.db import placements as placements_module
@@ -69,16 +69,20 @@ def test_a_save_and_a_recall_go_to_the_sessions_worker_not_the_coordinator(
     url: str, citus_cluster: Cluster
 ) -> None:
     with Store(_routed(url)) as store:
-        memory = _memory(store)
-        memory.save_context({"input": "Sarah Chen of Acme Corp"}, {"output": "Hello"})
-        coordinator = Planning(store)
+        coordinator = Planning(store)  # before any connection is opened
         address, worker = _worker_planning(store)
         assert address in citus_cluster.workers_at
+        memory = _memory(store)
+        memory.save_context({"input": "Sarah Chen of Acme Corp"}, {"output": "Hello"})
+        coordinator.taken()
+        worker.taken()
         memory.save_context({"input": "Sarah Chen in Berlin"}, {"output": "Noted"})
         recalled = memory.load_memory_variables({"input": "Sarah Chen and Berlin?"})
         memory.close()
     assert "Sarah Chen in Berlin" in recalled[memory.memory_key]
-    assert _calls(coordinator.taken()) == []  # only the ids and the key's check there
+    at_coordinator = coordinator.taken()
+    assert any("nextval(" in statement for statement, _ in at_coordinator)  # the save's ids
+    assert _calls(at_coordinator) == []
     calls = _calls(worker.taken())
     assert [("zerda_save_turn_v1(" in s, "zerda_recall_v1(" in s) for s, _ in calls] == [
         (True, False),
@@ -108,31 +112,46 @@ def test_async_calls_go_to_the_sessions_worker(url: str) -> None:
 
 
 def test_a_call_sent_to_a_worker_the_shards_left_reaches_them(
-    url: str, citus_cluster: Cluster
+    url: str, citus_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The placements are read, then the session's shards move: the next calls, sent to the
-    worker that held them, reach the shards where they are now (that worker sends them on,
-    or the save writes nothing there and is saved through the coordinator), never the copy
-    the move left behind. Once the placements are read again, the calls go to the new
-    worker."""
+    """The placements are read, then the session's shards move, and the store keeps its
+    read: the recall, sent to the worker that held them, reads through the distributed
+    tables (one statement Citus routes to where they are now); the save, sent there, writes
+    nothing and is saved through the coordinator. The move's copy left behind is neither
+    read nor written. Once the placements are read again, the calls go to the new worker."""
+    monkeypatch.setattr(placements_module, "REFRESH_SECONDS", 3600.0)
+    monkeypatch.setattr(placements_module, "REREAD_AFTER_SECONDS", 3600.0)
     with Store(_routed(url)) as store:
+        coordinator = Planning(store)  # before any connection is opened
+        source, held = _worker_planning(store)
         memory = _memory(store)
         memory.save_context({"input": "Sarah Chen of Acme Corp"}, {"output": "Hello"})
         placements = core_of(store).placements
         assert placements is not None
-        before = placements.node_of(SESSION)
-        source, target = move_session(url, citus_cluster)
-        assert before == source
-        assert placements.known(SESSION) == (True, source)  # not read again yet
+        coordinator.taken()
+        held.taken()
+        moved_from, target = move_session(url, citus_cluster)
+        assert moved_from == source
+        assert placements.known(SESSION) == (True, source)  # not read again
+        first = memory.load_memory_variables({"input": "Sarah Chen?"})
         memory.save_context({"input": "Sarah Chen in Berlin"}, {"output": "Moved"})
         recalled = memory.load_memory_variables({"input": "Sarah Chen and Berlin?"})
+        at_source, at_coordinator = _calls(held.taken()), coordinator.taken()
+        monkeypatch.setattr(placements_module, "REREAD_AFTER_SECONDS", 0.0)
         placements.stale()
         assert placements.node_of(SESSION) == target
         memory.save_context({"input": "Acme Corp in Berlin"}, {"output": "There"})
         recalled_again = memory.load_memory_variables({"input": "Acme Corp?"})
         memory.close()
+    assert "Sarah Chen of Acme Corp" in first[memory.memory_key]
     assert "Sarah Chen in Berlin" in recalled[memory.memory_key]
     assert "Acme Corp in Berlin" in recalled_again[memory.memory_key]
+    kinds = [("zerda_save_turn_v1(" in s, "zerda_recall_v1(" in s) for s, _ in at_source]
+    assert kinds == [(False, True), (True, False), (False, True)]
+    for statement, messages in at_source:
+        if "zerda_recall_v1(" in statement:  # through the distributed tables
+            assert sum(message == ROUTER_PLAN for message in messages) == 1
+    assert any(s.startswith("INSERT INTO turns") for s, _ in at_coordinator)  # the unit of work
     with sa.create_engine(url).connect() as connection:
         inputs = connection.execute(
             sa.text("SELECT input_text FROM turns WHERE session_id = :s ORDER BY id"),

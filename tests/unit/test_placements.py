@@ -4,7 +4,7 @@ with a stand-in coordinator (the real cluster: tests/distribution/test_worker_ro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
@@ -61,6 +61,7 @@ class Coordinator:
         self.nodes = {11: (1, "w1", 5432), 12: (0, "coordinator", 5432)}
         self.reads: list[str] = []
         self.down = False
+        self.during_read: Callable[[], None] = lambda: None
 
     @contextmanager
     def connect(self) -> Iterator[Any]:
@@ -73,60 +74,128 @@ class Coordinator:
             self.reads.append("shard")
             return SimpleNamespace(scalar_one=lambda: self.shards[values["session_id"]])
         self.reads.append("nodes")
-        rows = [
+        self.during_read()
+        return [
             SimpleNamespace(shard=s, group=g, host=h, port=p) for s, (g, h, p) in self.nodes.items()
         ]
-        return SimpleNamespace(all=lambda: rows)
 
     def describe(self, exc: BaseException) -> str:
         return str(exc)
 
 
-def test_a_sessions_node_is_read_once_then_kept_until_the_nodes_are_read_again(
+class Clock:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        monkeypatch.setattr("zerda_store.db.placements.time.monotonic", lambda: self.now)
+
+
+class Worker:
+    def __init__(self, url: sa.URL) -> None:
+        self.host, self.port = url.host, url.port
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _placements(coordinator: Coordinator) -> tuple[Placements[Worker], list[Worker]]:
+    opened: list[Worker] = []
+
+    def open_worker(url: sa.URL) -> Worker:
+        opened.append(Worker(url))
+        return opened[-1]
+
+    return Placements(coordinator, open_worker), opened
+
+
+def test_a_sessions_shard_is_read_once_and_the_nodes_every_ten_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    coordinator = Coordinator()
-    opened: list[sa.URL] = []
-
-    def open_worker(url: sa.URL) -> sa.URL:
-        opened.append(url)
-        return url
-
-    placements = Placements(coordinator, open_worker)
+    clock, coordinator = Clock(monkeypatch), Coordinator()
+    placements, opened = _placements(coordinator)
     assert placements.known("acme") == (False, None)
     assert placements.node_of("acme") == ("w1", 5432)
     assert placements.node_of("acme") == ("w1", 5432)
     assert placements.node_of("globex") is None  # the coordinator holds it
-    assert coordinator.reads == ["nodes", "shard", "nodes", "shard"]
+    assert coordinator.reads == ["shard", "nodes", "shard"]  # a new session: its shard only
     assert placements.worker(("w1", 5432)) is placements.worker(("w1", 5432))
     assert [(u.host, u.port) for u in opened] == [("w1", 5432)]
 
     coordinator.nodes[11] = (2, "w2", 5432)  # moved
+    clock.now += placements_module.REFRESH_SECONDS - 0.1
     assert placements.node_of("acme") == ("w1", 5432)  # until read again
-    placements.stale()
+    clock.now += 0.1
     coordinator.reads.clear()
+    assert placements.known("acme") == (False, None)
     assert placements.node_of("acme") == ("w2", 5432)
     assert coordinator.reads == ["nodes"]  # the session's shard is kept
 
     coordinator.shards["acme"] = 13  # split: shard 11 is gone
-    coordinator.nodes = {13: (1, "w1", 5432)}
-    placements.stale()
+    coordinator.nodes = {13: (1, "w1", 5432), 12: (0, "coordinator", 5432)}
+    clock.now += placements_module.REFRESH_SECONDS
     coordinator.reads.clear()
     assert placements.node_of("acme") == ("w1", 5432)
     assert coordinator.reads == ["nodes", "shard"]
 
-    now = [1000.0]
-    monkeypatch.setattr("zerda_store.db.placements.time.monotonic", lambda: now[0])
+
+def _started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Clock, Coordinator, Placements[Worker], list[Worker]]:
+    """Placements that have read where session "acme" is (worker w1)."""
+    clock, coordinator = Clock(monkeypatch), Coordinator()
+    placements, opened = _placements(coordinator)
+    assert placements.node_of("acme") == ("w1", 5432)
+    return clock, coordinator, placements, opened
+
+
+def test_a_worker_that_wrote_nothing_has_the_nodes_read_again_at_most_once_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, coordinator, placements, _opened = _started(monkeypatch)
+    coordinator.nodes[11] = (2, "w2", 5432)  # moved
+    for _ in range(50):  # many saves that wrote nothing
+        placements.stale()
+        assert placements.node_of("acme") == ("w1", 5432)
+    clock.now += placements_module.REREAD_AFTER_SECONDS
+    coordinator.reads.clear()
     placements.stale()
-    placements.node_of("acme")
+    assert placements.node_of("acme") == ("w2", 5432)
+    assert coordinator.reads == ["nodes"]
+
+
+def test_one_thread_reads_the_nodes_while_the_others_use_the_last_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, coordinator, placements, _opened = _started(monkeypatch)
+    clock.now += placements_module.REFRESH_SECONDS
+    seen: list[tuple[bool, Any]] = []
+    coordinator.during_read = lambda: seen.append(placements.known("acme"))
+    coordinator.reads.clear()
+    assert placements.node_of("acme") == ("w1", 5432)
+    assert seen == [(True, ("w1", 5432))]  # meanwhile, the last read
+    assert coordinator.reads == ["nodes"]
+    assert placements.known("acme") == (True, ("w1", 5432))
+
+
+def test_a_worker_out_of_reach_is_passed_over_for_a_minute_and_a_failed_read_is_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, coordinator, placements, opened = _started(monkeypatch)
     placements.unreachable(("w1", 5432), OSError("refused"))
-    assert placements.known("acme") == (True, None)  # passed over
-    now[0] += placements_module.REFRESH_SECONDS
-    assert placements.node_of("acme") == ("w1", 5432)  # tried again after a refresh
+    assert placements.node_of("acme") is None  # passed over
+    clock.now += placements_module.REREAD_AFTER_SECONDS
+    coordinator.reads.clear()
+    assert placements.node_of("acme") is None  # read again soon, still passed over
+    assert coordinator.reads == ["nodes"]
+    clock.now += placements_module.PASS_OVER_SECONDS
+    assert placements.node_of("acme") == ("w1", 5432)  # tried again
 
     coordinator.down = True
-    placements.stale()
+    clock.now += placements_module.REFRESH_SECONDS
     assert placements.node_of("acme") is None  # the coordinator's call says what is wrong
+    coordinator.down = False
+    assert placements.node_of("acme") == ("w1", 5432)  # the failed read claimed nothing
+    placements.worker(("w1", 5432))
     assert placements.close() == opened
     with pytest.raises(StoreError, match="closed"):
-        placements.worker(("w1", 5432))
+        placements.worker(("w2", 5432))

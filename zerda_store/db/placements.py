@@ -14,8 +14,9 @@ Where a session's shards are (:class:`Placements`, one per store):
   coordinator at the session's first call and kept (the most recent
   :data:`SESSIONS_KEPT` sessions); a shard id changes only when a shard is split;
 - each shard's node (every placement of ``turns``' shards, one statement), read again
-  every :data:`REFRESH_SECONDS`, and at the next call after one that a node could not
-  write (its shards moved away) or after a node could not be reached.
+  every :data:`REFRESH_SECONDS` by one thread while the others use the last read, and
+  sooner (:data:`REREAD_AFTER_SECONDS` after the last read) once a worker wrote nothing
+  (its shards may have moved away) or could not be reached.
 
 A stale answer costs a hop, never a wrong write or a missed read: the functions check, under
 the lock a shard move takes, that the session's shards are on their node. Where they are
@@ -25,8 +26,9 @@ and the recall reads through the distributed tables, which Citus routes from tha
 Each worker gets a pool of its own, opened at its first call with the store's settings: the
 store's URL (user, password, database, options) with the worker's host and port as the
 coordinator names it in ``pg_dist_node``, so the application must reach the workers by
-those names. A worker that cannot be reached is passed over until the next refresh; its
-sessions' calls go through the coordinator meanwhile (docs/citus.md, Routing to workers).
+those names. A worker that cannot be reached is passed over for :data:`PASS_OVER_SECONDS`;
+its sessions' calls go through the coordinator meanwhile (docs/citus.md, Sending calls
+straight to the workers).
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ logger = logging.getLogger("zerda_store.engine")
 
 # How long a read of the shards' nodes is used before it is read again (seconds).
 REFRESH_SECONDS = 10.0
+# How soon after their last read the nodes are read again when a worker wrote nothing or
+# could not be reached (seconds).
+REREAD_AFTER_SECONDS = 1.0
+# How long the calls of a worker that could not be reached go through the coordinator.
+PASS_OVER_SECONDS = 60.0
 # How many sessions' shard ids are kept (the most recently used).
 SESSIONS_KEPT = 100_000
 
@@ -66,7 +73,13 @@ _NODES = sa.text(
 )
 
 Address = tuple[str, int]
-N = TypeVar("N")
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+N = TypeVar("N", bound=Closable)
 
 
 class Coordinator(Protocol):
@@ -96,7 +109,9 @@ class Placements(Generic[N]):
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, int] = OrderedDict()
         self._nodes: dict[int, Address | None] = {}  # None: the coordinator's own group
-        self._read_at = float("-inf")
+        self._read_at = float("-inf")  # when the nodes' last read began
+        self._expires = float("-inf")  # when they are to be read again
+        self._refreshing = False  # a thread is reading them (the others use the last read)
         self._workers: dict[Address, N] = {}
         self._passed_over: dict[Address, float] = {}  # since when
         self._closed = False
@@ -106,25 +121,52 @@ class Placements(Generic[N]):
         the address of the worker to send its calls to (None: the coordinator)."""
         with self._lock:
             shard = self._sessions.get(session_id)
-            if shard is None or time.monotonic() - self._read_at >= REFRESH_SECONDS:
+            if shard is None or shard not in self._nodes:
+                return False, None
+            if time.monotonic() >= self._expires and not self._refreshing:
                 return False, None
             self._sessions.move_to_end(session_id)
-            if shard not in self._nodes:
-                return False, None
             return True, self._usable(self._nodes[shard])
 
     def node_of(self, session_id: str) -> Address | None:
         """The address of the worker to send ``session_id``'s calls to: the one that holds
         its shards, read if need be; None where the coordinator holds them, where the
-        worker is passed over, or where the read failed (the coordinator's call then
-        reports what is wrong)."""
+        worker is passed over, where another thread is reading a shard this session's is
+        newer than, or where the read failed (the coordinator's call then reports what is
+        wrong)."""
         known, address = self.known(session_id)
         if known:
             return address
+        began = time.monotonic()
         with self._lock:
             shard = self._sessions.get(session_id)
+            nodes = self._nodes
+            refresh = self._claim_refresh(began >= self._expires)
         try:
-            self._read(session_id, shard)
+            with self._coordinator.connect() as connection:
+                if shard is None or (shard not in nodes and not refresh):
+                    shard = self._shard(connection, session_id)  # new, or split since
+                if shard not in nodes and not refresh:  # a shard newer than the nodes read
+                    with self._lock:
+                        refresh = self._claim_refresh(True)
+                if refresh:
+                    nodes = {
+                        row.shard: None if row.group == 0 else (row.host, row.port)
+                        for row in connection.execute(_NODES)
+                    }
+                    if shard not in nodes:  # split since the session's shard was read
+                        shard = self._shard(connection, session_id)
+            with self._lock:
+                self._sessions[session_id] = shard
+                self._sessions.move_to_end(session_id)
+                while len(self._sessions) > SESSIONS_KEPT:
+                    self._sessions.popitem(last=False)
+                if refresh:
+                    self._nodes = nodes
+                    self._read_at = began
+                    self._expires = began + REFRESH_SECONDS
+                    self._refreshing = False
+                return self._usable(nodes[shard]) if shard in nodes else None
         except (StoreError, sa.exc.DBAPIError) as exc:
             logger.warning(
                 "could not read where the sessions' shards are (their calls go through the "
@@ -132,19 +174,26 @@ class Placements(Generic[N]):
                 self._coordinator.describe(exc),
             )
             return None
-        return self.known(session_id)[1]
+        finally:
+            if refresh:
+                with self._lock:
+                    self._refreshing = False
 
     def worker(self, address: Address) -> N:
         """The store of the worker at ``address``, opened at its first call."""
         with self._lock:
-            if self._closed:
-                raise StoreError("this store is closed")
             found = self._workers.get(address)
-            if found is None:
-                found = self._workers[address] = self._open_worker(
-                    worker_url(self._coordinator.url, address)
-                )
+        if found is not None:
             return found
+        opened = self._open_worker(worker_url(self._coordinator.url, address))
+        with self._lock:
+            closed = self._closed
+            found = self._workers.setdefault(address, opened) if not closed else None
+        if found is not opened:  # another thread's, or the store closed meanwhile
+            opened.close()
+        if found is None:
+            raise StoreError("this store is closed")
+        return found
 
     def opened(self) -> list[Address]:
         """The workers whose stores are open (each got a call)."""
@@ -152,21 +201,25 @@ class Placements(Generic[N]):
             return list(self._workers)
 
     def unreachable(self, address: Address, exc: BaseException) -> None:
-        """Pass the worker at ``address`` over until the next read of the nodes."""
+        """Pass the worker at ``address`` over for :data:`PASS_OVER_SECONDS`, and read the
+        nodes again soon (it may have left the cluster)."""
         logger.warning(
             "cannot reach the Citus worker %s:%s; its sessions' calls go through the "
-            "coordinator for now: %s",
+            "coordinator for %g s: %s",
             *address,
+            PASS_OVER_SECONDS,
             self._coordinator.describe(exc),
         )
         with self._lock:
             self._passed_over[address] = time.monotonic()
+        self.stale()
 
     def stale(self) -> None:
-        """Read the nodes again at the next call (a node found it holds no longer what it
-        was sent)."""
+        """Read the nodes again soon: at the next call, or one second after their last
+        read if that was more recent (a worker wrote nothing, which a name to resolve
+        also causes: so that many such saves read them once)."""
         with self._lock:
-            self._read_at = float("-inf")
+            self._expires = min(self._expires, self._read_at + REREAD_AFTER_SECONDS)
 
     def close(self) -> list[N]:
         """Forget every worker's store, and return them for their owner to close."""
@@ -175,25 +228,20 @@ class Placements(Generic[N]):
             workers, self._workers = list(self._workers.values()), {}
         return workers
 
+    def _claim_refresh(self, due: bool) -> bool:
+        """Whether this thread reads the nodes now (they are ``due`` and no other thread
+        is reading them); called under the lock."""
+        if due and not self._refreshing:
+            self._refreshing = True
+            return True
+        return False
+
     def _usable(self, address: Address | None) -> Address | None:
         since = self._passed_over.get(address) if address is not None else None
-        if since is not None and time.monotonic() - since < REFRESH_SECONDS:
+        if since is not None and time.monotonic() - since < PASS_OVER_SECONDS:
             return None
         return address
 
-    def _read(self, session_id: str, known_shard: int | None) -> None:
-        """Read every shard's node, and ``session_id``'s shard unless it is known and
-        still there (a split replaces a shard)."""
-        with self._coordinator.connect() as connection:
-            rows = connection.execute(_NODES).all()
-            nodes = {row.shard: None if row.group == 0 else (row.host, row.port) for row in rows}
-            shard = known_shard
-            if shard is None or shard not in nodes:
-                shard = connection.execute(_SHARD, {"session_id": session_id}).scalar_one()
-        with self._lock:
-            self._sessions[session_id] = shard
-            self._sessions.move_to_end(session_id)
-            while len(self._sessions) > SESSIONS_KEPT:
-                self._sessions.popitem(last=False)
-            self._nodes = nodes
-            self._read_at = time.monotonic()
+    @staticmethod
+    def _shard(connection: Connection, session_id: str) -> int:
+        return int(connection.execute(_SHARD, {"session_id": session_id}).scalar_one())

@@ -182,7 +182,8 @@ class Routes:
         route = self.route(save)
         if route is Route.ONE_TRIP or route is Route.DELEGATED:
             self.store.check_writable()  # before the trip's own read (Citus: the ids)
-            stored, value = self._pipelined(self._trip(save, route), save.session_id)
+            trip = self._trip(save, route)
+            stored, value = self._pipelined(trip, self._worker_for(trip[1], save.session_id))
             if stored:
                 return value
             route = unit_of_work_of(route)
@@ -216,8 +217,9 @@ class Routes:
             if chosen is not Route.ONE_TRIP and chosen is not Route.DELEGATED:
                 return False, None  # type: ignore[return-value]
             ready = trip or self._trip(save, chosen)  # which may read (Citus: the ids)
+            address = self._worker_for(ready[1], save.session_id)  # which may read
             before_send()  # a cancellation until here stops the save
-            return self._pipelined(ready, save.session_id)
+            return self._pipelined(ready, address)
 
         def then() -> tuple[Callable[[Transaction], T], SessionLock]:
             store.check_writable()  # as the sync save's unit of work checks it
@@ -242,23 +244,33 @@ class Routes:
         steps = [(lock, {"session_id": save.session_id}), (trip.statement, trip.values)]
         return steps, trip
 
+    def _worker_for(self, one_trip: OneTrip[Any], session_id: str) -> Address | None:
+        """Where the store routes to workers, the worker to send a delegated call to (read
+        from the coordinator if need be); else None."""
+        placements = self.store.placements
+        if placements is None or one_trip.here is None:
+            return None
+        return placements.node_of(session_id)
+
     def _pipelined(
-        self, trip: tuple[list[tuple[Runnable, Any]], OneTrip[T]], session_id: str
+        self, trip: tuple[list[tuple[Runnable, Any]], OneTrip[T]], address: Address | None
     ) -> tuple[bool, T]:
-        """The one trip sent from this thread (:func:`execution.pipeline.write_pipelined`);
-        a delegated call, where the store routes to workers, to the session's worker."""
+        """The one trip sent from this thread (:func:`execution.pipeline.write_pipelined`),
+        to the coordinator, or as a call run where it is sent to the worker at ``address``
+        (:meth:`_worker_for`): through the coordinator after all when that worker cannot be
+        reached (nothing was sent)."""
         steps, one_trip = trip
         placements = self.store.placements
-        address = None
-        if placements is not None and one_trip.here is not None:  # a delegated call
-            address = placements.node_of(session_id)
         if address is not None:
             assert placements is not None and one_trip.here is not None
             here = [(one_trip.here, one_trip.values)]
             try:
                 stored, value = one_trip.outcome(write_pipelined(placements.worker(address), here))
-            except DatabaseUnavailableError as exc:  # not sent: through the coordinator
+            except DatabaseUnavailableError as exc:
                 placements.unreachable(address, exc)
+            except BaseException:
+                self._stale()
+                raise
             else:
                 if not stored:  # maybe moved away (or a name to resolve): read them again
                     placements.stale()
@@ -277,6 +289,9 @@ class Routes:
                 return self._worker(address).read(call.sent_here())
             except DatabaseUnavailableError as exc:
                 self._unreachable(address, exc)
+            except BaseException:
+                self._stale()
+                raise
         return self.store.read(work)
 
     async def aread(self, work: Callable[[Transaction], T]) -> T:
@@ -296,6 +311,9 @@ class Routes:
                     return await loop_reads.read(self._worker(address), work.sent_here())
                 except DatabaseUnavailableError as exc:
                     self._unreachable(address, exc)
+                except BaseException:
+                    self._stale()
+                    raise
         if isinstance(work, OneStatement):
             return await loop_reads.read(store, work)
         return await store.aread(work)
@@ -313,6 +331,12 @@ class Routes:
     def _unreachable(self, address: Address, exc: BaseException) -> None:
         assert self.store.placements is not None
         self.store.placements.unreachable(address, exc)
+
+    def _stale(self) -> None:
+        """After a call failed on a worker (one that failed over, for one): read the
+        placements again soon."""
+        assert self.store.placements is not None
+        self.store.placements.stale()
 
 
 def _stored(trip: OneTrip[Any]) -> Callable[[list[Any]], bool]:

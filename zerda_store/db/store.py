@@ -235,6 +235,7 @@ class StoreCore:
             pool_timeout=self.pool_timeout,
             prepared_statements=self.prepared_statements,
             telemetry=self.telemetry,
+            route_to_workers=False,
         )
 
     async def aclose(self) -> None:
