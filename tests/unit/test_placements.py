@@ -168,34 +168,88 @@ def test_one_thread_reads_the_nodes_while_the_others_use_the_last_read(
 ) -> None:
     clock, coordinator, placements, _opened = _started(monkeypatch)
     clock.now += placements_module.REFRESH_SECONDS
-    seen: list[tuple[bool, Any]] = []
-    coordinator.during_read = lambda: seen.append(placements.known("acme"))
+    seen: list[Any] = []
+
+    def meanwhile() -> None:  # another caller, while this one reads the nodes
+        coordinator.during_read = lambda: None
+        seen.append(placements.known("acme"))
+        seen.append(placements.node_of("acme"))
+        seen.append(placements.node_of("globex"))  # a new session: its shard, not the nodes
+
+    coordinator.during_read = meanwhile
     coordinator.reads.clear()
     assert placements.node_of("acme") == ("w1", 5432)
-    assert seen == [(True, ("w1", 5432))]  # meanwhile, the last read
-    assert coordinator.reads == ["nodes"]
+    assert seen == [(True, ("w1", 5432)), ("w1", 5432), None]
+    assert coordinator.reads == ["nodes", "shard"]
     assert placements.known("acme") == (True, ("w1", 5432))
 
 
-def test_a_worker_out_of_reach_is_passed_over_for_a_minute_and_a_failed_read_is_none(
+def test_marked_stale_while_read_the_nodes_are_read_again_a_second_later(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock, coordinator, placements, opened = _started(monkeypatch)
+    clock, coordinator, placements, _opened = _started(monkeypatch)
+    clock.now += placements_module.REFRESH_SECONDS
+    coordinator.during_read = placements.stale  # a worker wrote nothing meanwhile
+    placements.node_of("acme")
+    coordinator.during_read = lambda: None
+    clock.now += placements_module.REREAD_AFTER_SECONDS
+    assert placements.known("acme") == (False, None)
+
+
+def test_a_session_whose_shard_is_not_among_those_read_reads_them_at_most_once_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, coordinator, placements, _opened = _started(monkeypatch)
+    coordinator.shards["initech"] = 14  # a shard newer than the nodes read (a split)
+    coordinator.reads.clear()
+    clock.now += placements_module.REREAD_AFTER_SECONDS
+    assert placements.node_of("initech") is None
+    assert coordinator.reads == ["shard", "nodes"]  # not there either: through the coordinator
+    coordinator.reads.clear()
+    assert placements.node_of("initech") is None
+    assert coordinator.reads == ["shard"]
+    coordinator.nodes[14] = (2, "w2", 5432)
+    clock.now += placements_module.REREAD_AFTER_SECONDS
+    assert placements.node_of("initech") == ("w2", 5432)
+
+
+def test_a_worker_out_of_reach_is_passed_over_for_a_minute(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, coordinator, placements, _opened = _started(monkeypatch)
     placements.unreachable(("w1", 5432), OSError("refused"))
     assert placements.node_of("acme") is None  # passed over
     clock.now += placements_module.REREAD_AFTER_SECONDS
     coordinator.reads.clear()
     assert placements.node_of("acme") is None  # read again soon, still passed over
     assert coordinator.reads == ["nodes"]
-    clock.now += placements_module.PASS_OVER_SECONDS
+    clock.now += placements_module.PASS_OVER_SECONDS - 2 * placements_module.REREAD_AFTER_SECONDS
+    assert placements.node_of("acme") is None
+    clock.now += 2 * placements_module.REREAD_AFTER_SECONDS
     assert placements.node_of("acme") == ("w1", 5432)  # tried again
 
+
+def test_a_failed_read_goes_through_the_coordinator_and_is_tried_again_a_second_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, coordinator, placements, _opened = _started(monkeypatch)
+    coordinator.nodes[11] = (2, "w2", 5432)  # moved
     coordinator.down = True
     clock.now += placements_module.REFRESH_SECONDS
     assert placements.node_of("acme") is None  # the coordinator's call says what is wrong
     coordinator.down = False
-    assert placements.node_of("acme") == ("w1", 5432)  # the failed read claimed nothing
-    placements.worker(("w1", 5432))
-    assert placements.close() == opened
+    coordinator.reads.clear()
+    assert placements.node_of("acme") is None  # not tried again at once
+    assert coordinator.reads == []
+    clock.now += placements_module.REREAD_AFTER_SECONDS
+    assert placements.node_of("acme") == ("w2", 5432)  # the failed read left no claim
+    assert coordinator.reads == ["nodes"]
+
+
+def test_closed_placements_open_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clock, _coordinator, placements, opened = _started(monkeypatch)
+    worker = placements.worker(("w1", 5432))
+    assert placements.close() == [worker]
     with pytest.raises(StoreError, match="closed"):
         placements.worker(("w2", 5432))
+    assert opened[-1].host == "w2" and opened[-1].closed  # opened meanwhile, then closed

@@ -16,12 +16,15 @@ Where a session's shards are (:class:`Placements`, one per store):
 - each shard's node (every placement of ``turns``' shards, one statement), read again
   every :data:`REFRESH_SECONDS` by one thread while the others use the last read, and
   sooner (:data:`REREAD_AFTER_SECONDS` after the last read) once a worker wrote nothing
-  (its shards may have moved away) or could not be reached.
+  (its shards may have moved away), a call failed on a worker, a worker could not be
+  reached, or a session's shard is not among those read (a split since).
 
-A stale answer costs a hop, never a wrong write or a missed read: the functions check, under
-the lock a shard move takes, that the session's shards are on their node. Where they are
-not, the save writes nothing and its routed unit of work follows through the coordinator,
-and the recall reads through the distributed tables, which Citus routes from that node.
+A stale answer after a move costs time, never a wrong write or a missed read: the functions
+check, under the lock a shard move takes, that the session's shards are on their node.
+Where they are not, the save writes nothing and its routed unit of work follows through the
+coordinator, and the recall reads through the distributed tables, which Citus routes from
+that node. (After a worker fails over, an old primary that still answers is another
+matter: docs/citus.md.)
 
 Each worker gets a pool of its own, opened at its first call with the store's settings: the
 store's URL (user, password, database, options) with the worker's host and port as the
@@ -112,6 +115,8 @@ class Placements(Generic[N]):
         self._read_at = float("-inf")  # when the nodes' last read began
         self._expires = float("-inf")  # when they are to be read again
         self._refreshing = False  # a thread is reading them (the others use the last read)
+        self._stale_meanwhile = False  # marked stale while that thread read them
+        self._failed_at = float("-inf")  # when a read last failed
         self._workers: dict[Address, N] = {}
         self._passed_over: dict[Address, float] = {}  # since when
         self._closed = False
@@ -133,28 +138,33 @@ class Placements(Generic[N]):
         its shards, read if need be; None where the coordinator holds them, where the
         worker is passed over, where another thread is reading a shard this session's is
         newer than, or where the read failed (the coordinator's call then reports what is
-        wrong)."""
+        wrong; reads are tried again a second later)."""
         known, address = self.known(session_id)
         if known:
             return address
         began = time.monotonic()
-        with self._lock:
-            shard = self._sessions.get(session_id)
-            nodes = self._nodes
-            refresh = self._claim_refresh(began >= self._expires)
+        refresh = False  # whether this thread claimed the nodes' read (it alone clears it)
         try:
+            with self._lock:
+                if began - self._failed_at < REREAD_AFTER_SECONDS:
+                    return None
+                cached = self._sessions.get(session_id)
+                nodes = self._nodes
+                refresh = self._claim_refresh(began >= self._expires)
             with self._coordinator.connect() as connection:
-                if shard is None or (shard not in nodes and not refresh):
-                    shard = self._shard(connection, session_id)  # new, or split since
+                if cached is None or (cached not in nodes and not refresh):
+                    shard, read_shard = self._shard(connection, session_id), True  # new, or split
+                else:
+                    shard, read_shard = cached, False
                 if shard not in nodes and not refresh:  # a shard newer than the nodes read
                     with self._lock:
-                        refresh = self._claim_refresh(True)
+                        refresh = self._claim_refresh(began >= self._read_at + REREAD_AFTER_SECONDS)
                 if refresh:
                     nodes = {
                         row.shard: None if row.group == 0 else (row.host, row.port)
                         for row in connection.execute(_NODES)
                     }
-                    if shard not in nodes:  # split since the session's shard was read
+                    if shard not in nodes and not read_shard:  # split since it was read
                         shard = self._shard(connection, session_id)
             with self._lock:
                 self._sessions[session_id] = shard
@@ -164,18 +174,22 @@ class Placements(Generic[N]):
                 if refresh:
                     self._nodes = nodes
                     self._read_at = began
-                    self._expires = began + REFRESH_SECONDS
-                    self._refreshing = False
+                    # Marked stale while it read: what it read may be older than that.
+                    soon = REREAD_AFTER_SECONDS if self._stale_meanwhile else REFRESH_SECONDS
+                    self._expires = began + soon
+                    self._refreshing = self._stale_meanwhile = refresh = False
                 return self._usable(nodes[shard]) if shard in nodes else None
         except (StoreError, sa.exc.DBAPIError) as exc:
+            with self._lock:
+                self._failed_at = time.monotonic()
             logger.warning(
                 "could not read where the sessions' shards are (their calls go through the "
-                "coordinator): %s",
+                "coordinator for a second): %s",
                 self._coordinator.describe(exc),
             )
             return None
         finally:
-            if refresh:
+            if refresh:  # claimed, and not read: let the next call read them
                 with self._lock:
                     self._refreshing = False
 
@@ -220,6 +234,7 @@ class Placements(Generic[N]):
         also causes: so that many such saves read them once)."""
         with self._lock:
             self._expires = min(self._expires, self._read_at + REREAD_AFTER_SECONDS)
+            self._stale_meanwhile = self._refreshing
 
     def close(self) -> list[N]:
         """Forget every worker's store, and return them for their owner to close."""

@@ -268,7 +268,7 @@ class Routes:
                 stored, value = one_trip.outcome(write_pipelined(placements.worker(address), here))
             except DatabaseUnavailableError as exc:
                 placements.unreachable(address, exc)
-            except BaseException:
+            except Exception:  # failed there (not cancelled): a worker that failed over?
                 self._stale()
                 raise
             else:
@@ -289,7 +289,7 @@ class Routes:
                 return self._worker(address).read(call.sent_here())
             except DatabaseUnavailableError as exc:
                 self._unreachable(address, exc)
-            except BaseException:
+            except Exception:  # failed there (not cancelled): a worker that failed over?
                 self._stale()
                 raise
         return self.store.read(work)
@@ -311,7 +311,7 @@ class Routes:
                     return await loop_reads.read(self._worker(address), work.sent_here())
                 except DatabaseUnavailableError as exc:
                     self._unreachable(address, exc)
-                except BaseException:
+                except Exception:
                     self._stale()
                     raise
         if isinstance(work, OneStatement):
