@@ -99,17 +99,23 @@ def _check_supported(url: URL) -> None:
         )
 
 
+def _url_flag(url: URL, key: str) -> bool | None:
+    """The URL's ``?key=`` (true or false; the last one given), None if absent."""
+    given = url.query.get(key)
+    if isinstance(given, tuple):
+        given = given[-1]
+    if given is None:
+        return None
+    if given.lower() not in _TRUE + _FALSE:
+        raise StoreError(f"{key}= in the database URL takes true or false, got {given!r}")
+    return given.lower() in _TRUE
+
+
 def prepared_statements_option(url: URL, prepared_statements: bool | None) -> bool | None:
     """Whether the store may prepare statements on the server: ``prepared_statements`` if
     given, else the URL's ``?prepared_statements=`` (true or false), else None (yes, unless
     a connection turns out to go through a pooler). Only Postgres has the choice."""
-    given = url.query.get(PREPARED_STATEMENTS)
-    if isinstance(given, tuple):
-        given = given[-1]
-    if given is not None and given.lower() not in _TRUE + _FALSE:
-        raise StoreError(
-            f"{PREPARED_STATEMENTS}= in the database URL takes true or false, got {given!r}"
-        )
+    given = _url_flag(url, PREPARED_STATEMENTS)
     if url.get_backend_name() != "postgresql":
         if given is None and prepared_statements in (None, True):
             return True
@@ -119,7 +125,7 @@ def prepared_statements_option(url: URL, prepared_statements: bool | None) -> bo
         )
     if prepared_statements is not None:
         return bool(prepared_statements)
-    return None if given is None else given.lower() in _TRUE
+    return given
 
 
 def route_to_workers_option(url: URL, route_to_workers: bool | None) -> bool:
@@ -127,18 +133,7 @@ def route_to_workers_option(url: URL, route_to_workers: bool | None) -> bool:
     ``route_to_workers`` if given, else the URL's ``?route_to_workers=`` (true or false),
     else no. Only Postgres has the choice (it takes effect where Citus distributes the
     tables)."""
-    given = url.query.get(ROUTE_TO_WORKERS)
-    if isinstance(given, tuple):
-        given = given[-1]
-    if given is not None and given.lower() not in _TRUE + _FALSE:
-        raise StoreError(
-            f"{ROUTE_TO_WORKERS}= in the database URL takes true or false, got {given!r}"
-        )
-    chosen = (
-        route_to_workers
-        if route_to_workers is not None
-        else given is not None and given.lower() in _TRUE
-    )
+    chosen = route_to_workers if route_to_workers is not None else _url_flag(url, ROUTE_TO_WORKERS)
     if chosen and url.get_backend_name() != "postgresql":
         raise StoreError(
             f"{ROUTE_TO_WORKERS}= applies to Postgres only (it is for a Citus coordinator's URL)"
