@@ -16,7 +16,9 @@ is sent, from what they know of the store:
   which takes the session's lock there; when it finds names to resolve it writes nothing
   and the unit of work follows. Any other save, and every save where ``db distribute`` has
   not made the functions, is the unit of work, every statement routed whole to the
-  session's shard (inserts as ``VALUES``).
+  session's shard (inserts as ``VALUES``). A store opened with ``route_to_workers`` sends
+  that call, and the recall's (a :class:`SessionsCall`), to the session's worker itself
+  (:mod:`placements`), through the coordinator when that worker cannot be reached.
 
 :meth:`Routes.save` and :meth:`Routes.asave` run the same steps in the same order: the
 route chosen, the store checked writable, the one trip (if chosen), then the unit of work
